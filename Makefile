@@ -1,0 +1,20 @@
+# The two set-up commands of the README start here; both run hack/install.sh first.
+.PHONY: install dev-up dev-down test unit
+
+install:
+	@bash hack/install.sh
+
+dev-up: install
+	.venv/bin/antidote dev up
+
+dev-down:
+	.venv/bin/antidote dev down
+
+# Builds (or finds cached) binaries and jars, then runs unit and integration tests; the
+# integration tests start the real stack once for the session.
+test: install
+	.venv/bin/antidote dev build
+	.venv/bin/python -m pytest
+
+unit: install
+	.venv/bin/python -m pytest tests/unit

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by both README commands: the Python venv in .venv/ and the
+# project installed into it. Heavy artefacts (Go binaries, jars) are built by
+# `antidote dev build` and cached outside the clone, in ~/.cache/antidote.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"' \
+  || { echo "install: Python >= 3.11 is required (found $("$PY" --version 2>&1))" >&2; exit 1; }
+stamp=.venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  echo "==> install: creating .venv and installing antidote (first run downloads pyspark, ~300 MB)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q --progress-bar off -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi

@@ -1,0 +1,1 @@
+"""The `antidote` command line (also installed as the kubectl plugin `kubectl-antidote`)."""

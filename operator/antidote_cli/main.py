@@ -1,0 +1,26 @@
+"""Entry point: `antidote <command> ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import dev
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="antidote",
+        description="Poison-message handling for Kafka consumers on Spark and Kubernetes.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    dev.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""`antidote dev up|down|env|status`: the whole local stack, started once, stopped by pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import build, controlplane, kafka
+from .certs import ensure_pki
+from .errors import StackError
+from .paths import default_stack_dir, venv_bin
+from .procs import Supervisor, free_port, port_open
+from .progress import say
+
+PROCESSES = ("etcd", "kube-apiserver", "kafka")
+
+
+@dataclass
+class Stack:
+    """What a running stack offers its clients; persisted as state.json in its directory."""
+
+    dir: str
+    kubeconfig: str
+    apiserver_port: int
+    etcd_port: int
+    kafka_bootstrap: str
+    spark_jars: list[str] = field(default_factory=list)
+    bin_dir: str = ""
+    kube_version: str = build.KUBE_VERSION
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    def env(self) -> dict[str, str]:
+        path = os.pathsep.join([self.bin_dir, str(venv_bin()), os.environ.get("PATH", "")])
+        return {
+            "KUBECONFIG": self.kubeconfig,
+            "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap,
+            "ANTIDOTE_SPARK_JARS": ",".join(self.spark_jars),
+            "ANTIDOTE_STACK_DIR": self.dir,
+            "PATH": path,
+        }
+
+
+def _state_file(state_dir: Path) -> Path:
+    return state_dir / "state.json"
+
+
+def load(state_dir: Path | None = None) -> Stack | None:
+    state_dir = state_dir or default_stack_dir()
+    try:
+        return Stack(**json.loads(_state_file(state_dir).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def running(state_dir: Path | None = None) -> Stack | None:
+    """The stack in `state_dir` if all its processes are alive and answering."""
+    state_dir = state_dir or default_stack_dir()
+    stack = load(state_dir)
+    sup = Supervisor(state_dir)
+    if stack is None or not all(sup.alive(n) for n in PROCESSES):
+        return None
+    port = int(stack.kafka_bootstrap.rsplit(":", 1)[1])
+    if not (port_open(stack.apiserver_port) and port_open(port)):
+        return None
+    return stack
+
+
+def _link_tools(bin_dir: Path, artefacts: dict[str, Path]) -> None:
+    """Stable names on PATH for the cached, content-addressed binaries."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, path in artefacts.items():
+        if name.endswith("-jars"):
+            continue
+        link = bin_dir / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(path)
+
+
+def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_BINARIES) -> Stack:
+    state_dir = (state_dir or default_stack_dir()).resolve()
+    artefacts = build.build_all(binaries)
+    existing = running(state_dir)
+    if existing:
+        say(f"stack already running in {state_dir}")
+        return existing
+
+    started = time.monotonic()
+    sup = Supervisor(state_dir)
+    stopped = sup.stop_all()  # leftovers of a crashed run
+    if stopped:
+        say(f"stopped leftover processes: {', '.join(stopped)}")
+    for sub in ("etcd", "kafka", "logs"):
+        shutil.rmtree(state_dir / sub, ignore_errors=True)  # every start is a clean cluster
+    state_dir.mkdir(parents=True, exist_ok=True)
+    pki = ensure_pki(state_dir / "pki")
+    bin_dir = state_dir / "bin"
+    _link_tools(bin_dir, artefacts)
+
+    etcd_port, etcd_peer, api_port, kafka_port, ctl_port = (free_port() for _ in range(5))
+    try:
+        say(f"starting etcd on 127.0.0.1:{etcd_port}")
+        controlplane.start_etcd(sup, artefacts["etcd"], state_dir / "etcd", etcd_port, etcd_peer)
+        # Format Kafka's storage while etcd and the API server come up (it is a JVM start).
+        props, java = kafka.prepare(state_dir, artefacts["kafka-jars"], kafka_port, ctl_port)
+        fmt = kafka.format_storage(java, props, sup.log("kafka-format"))
+        sup.wait_for("etcd", "start etcd", lambda: controlplane.etcd_healthy(etcd_port), 30)
+
+        say(f"starting kube-apiserver {build.KUBE_VERSION} on 127.0.0.1:{api_port}")
+        controlplane.start_apiserver(sup, artefacts["kube-apiserver"], pki, etcd_port, api_port)
+
+        if fmt.wait(timeout=120) != 0:
+            raise StackError("format kafka storage", "StorageTool failed; see "
+                             f"{sup.log('kafka-format')}:\n{sup.tail('kafka-format')}")
+        say(f"starting kafka broker on 127.0.0.1:{kafka_port}")
+        kafka.start(sup, java, props)
+
+        sup.wait_for("kube-apiserver", "start kube-apiserver",
+                     lambda: controlplane.apiserver_ready(api_port, pki), 120)
+        kubeconfig = state_dir / "kubeconfig"
+        controlplane.write_kubeconfig(kubeconfig, pki, api_port)
+        bootstrap = f"127.0.0.1:{kafka_port}"
+        sup.wait_for("kafka", "start kafka", lambda: kafka.ready(bootstrap), 120)
+    except BaseException:
+        sup.stop_all()
+        raise
+
+    stack = Stack(dir=str(state_dir), kubeconfig=str(kubeconfig), apiserver_port=api_port,
+                  etcd_port=etcd_port, kafka_bootstrap=bootstrap,
+                  spark_jars=sorted(str(p) for p in artefacts["spark-jars"].glob("*.jar")),
+                  bin_dir=str(bin_dir))
+    _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
+    say(f"stack up in {time.monotonic() - started:.1f}s: API server {stack.server}, "
+        f"Kafka {bootstrap}")
+    return stack
+
+
+def down(state_dir: Path | None = None) -> list[str]:
+    state_dir = state_dir or default_stack_dir()
+    stopped = Supervisor(state_dir).stop_all()
+    _state_file(state_dir).unlink(missing_ok=True)
+    return stopped
+
+
+def env_script(stack: Stack) -> str:
+    return "".join(f"export {k}={_quote(v)}\n" for k, v in stack.env().items())
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"

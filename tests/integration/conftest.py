@@ -1,0 +1,122 @@
+"""Session fixtures for the real local stack: started once, stopped at the end.
+
+A stack already started with `antidote dev up` (named by $ANTIDOTE_STACK_DIR, as
+`eval "$(antidote dev env)"` sets it) is reused and left running; otherwise the session
+starts its own in ~/.cache/antidote/test-stack, stopping first whatever a crashed earlier
+session left there (pid files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from antidote_devstack import stack as devstack
+from antidote_devstack.paths import cache_dir
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[devstack.Stack]:
+    reuse = os.environ.get("ANTIDOTE_STACK_DIR")
+    if reuse and (running := devstack.running(Path(reuse))):
+        yield running
+        return
+    state_dir = cache_dir() / "test-stack"
+    s = devstack.up(state_dir)
+    try:
+        yield s
+    finally:
+        devstack.down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(stack: devstack.Stack) -> str:
+    return stack.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: str) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+def core_v1(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+def _dns_label(text: str, limit: int = 40) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-")
+
+
+@pytest.fixture
+def namespace(core_v1: client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, named after it."""
+    name = f"{_dns_label(request.node.name)}-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        # Without a controller-manager the namespace stays Terminating; its name is unique.
+        core_v1.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(stack: devstack.Stack) -> str:
+    return stack.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture
+def topic_factory(kafka_admin, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """create(suffix="", partitions=1) -> a new topic, unique to this test; deleted after."""
+    from confluent_kafka.admin import NewTopic
+
+    created: list[str] = []
+
+    def create(suffix: str = "", partitions: int = 1) -> str:
+        name = f"{_dns_label(request.node.name, 60)}-{uuid.uuid4().hex[:6]}{suffix}"
+        for fut in kafka_admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            fut.result(timeout=30)
+        created.append(name)
+        return name
+
+    yield create
+    if created:
+        for fut in kafka_admin.delete_topics(created).values():
+            fut.result(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def spark(stack: devstack.Stack):
+    """One local Spark session (local[2]) with the Kafka connector jars, for the whole run."""
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("antidote-tests")
+               .config("spark.jars", ",".join(stack.spark_jars))
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "1g")
+               .getOrCreate())
+    try:
+        yield session
+    finally:
+        session.stop()
