@@ -14,7 +14,9 @@ dev-down:
 # integration tests start the real stack once for the session.
 test: install
 	.venv/bin/antidote dev build
-	.venv/bin/python -m pytest
+	@.venv/bin/python -m pytest; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
+	  exit $$rc
 
 unit: install
 	.venv/bin/python -m pytest tests/unit
