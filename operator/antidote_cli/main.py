@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import dev
+from . import crds, dev
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Poison-message handling for Kafka consumers on Spark and Kubernetes.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     dev.register(commands)
+    crds.register(commands)
     return parser
 
 

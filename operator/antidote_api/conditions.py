@@ -1,0 +1,93 @@
+"""Status conditions in the shape of metav1.Condition, and the one way to update them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+from .base import ApiModel
+
+# metav1.Condition's own validation, so kubectl users see the same rules as for built-ins.
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+TYPE_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    PAUSED = "Paused"
+    QUEUE_DISABLED = "QueueDisabled"
+    POISON_DETECTED = "PoisonDetected"
+
+
+class Condition(ApiModel):
+    type: str = Field(
+        pattern=TYPE_PATTERN, max_length=316,
+        description="Condition type: Ready, Paused, QueueDisabled or PoisonDetected.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        pattern=REASON_PATTERN, min_length=1, max_length=1024,
+        description="CamelCase reason for the last transition, for machines (alerts, `kubectl wait`).")
+    message: str = Field(default="", max_length=32768,
+                         description="Human-readable details; never contains message payloads.")
+    observed_generation: int | None = Field(
+        default=None, ge=0,
+        description="The `.metadata.generation` the condition was computed from.")
+    last_transition_time: datetime = Field(
+        description="When `status` last changed (not when the condition was last written).")
+
+
+def _one_per_type(conditions: list[Condition]) -> list[Condition]:
+    types = [c.type for c in conditions]
+    if len(types) != len(set(types)):
+        raise ValueError(f"one condition per type, got {types}")
+    return conditions
+
+
+# A list-map keyed by type: server-side apply merges conditions by type, like built-ins.
+Conditions = Annotated[list[Condition], AfterValidator(_one_per_type), Field(
+    max_length=16,
+    json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})]
+
+
+def utc_now() -> datetime:
+    # metav1.Time has second precision; keeping it avoids spurious diffs on round trips.
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def set_condition(conditions: Iterable[Condition], new: Condition, now: datetime | None = None) -> list[Condition]:
+    """Return `conditions` with `new` merged in by type (order kept, new types appended).
+
+    `lastTransitionTime` moves to `now` only when the status flips (or the type is new);
+    a changed reason or message alone keeps the old time, as metav1 prescribes.
+    """
+    now = now or utc_now()
+    result: list[Condition] = []
+    placed = False
+    for old in conditions:
+        if old.type != new.type:
+            result.append(old)
+            continue
+        when = old.last_transition_time if old.status == new.status else now
+        result.append(new.model_copy(update={"last_transition_time": when}))
+        placed = True
+    if not placed:
+        result.append(new.model_copy(update={"last_transition_time": now}))
+    return result
+
+
+def condition(type_: str, status: bool | str, reason: str, message: str = "",
+              observed_generation: int | None = None, now: datetime | None = None) -> Condition:
+    """Build a condition; a bool status becomes "True"/"False"."""
+    if isinstance(status, bool):
+        status = "True" if status else "False"
+    return Condition(type=type_, status=status, reason=reason, message=message,
+                     observed_generation=observed_generation,
+                     last_transition_time=now or utc_now())

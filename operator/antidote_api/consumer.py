@@ -1,0 +1,196 @@
+"""QueueConsumer: one Kafka topic consumed by one Python handler on Spark, under a PoisonPolicy."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ApiModel, Rule
+from .conditions import Conditions
+from .types import (API_VERSION, ApiVersionField, Bootstrap, Disposition, Handler, Int64, KindField,
+                    Memory, Metadata, ObjectName, PoisonReason, StringMap, TopicName, seed)
+
+
+class LocalObjectReference(ApiModel):
+    name: ObjectName = Field(description="Name of the object, in the consumer's namespace.")
+
+
+class KafkaSource(ApiModel):
+    bootstrap_servers: Bootstrap = Field(
+        description="Comma-separated `host:port` list of Kafka brokers.")
+    topic: TopicName = Field(description="Topic to consume; also the stem of the derived retry, "
+                                         "poison and dead-letter topic names.")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="Where a consumer without a checkpoint starts; afterwards the checkpoint decides.")
+    max_messages_per_batch: int = Field(
+        1000, ge=1, le=10_000_000,
+        description="Most messages in one micro-batch (Spark `maxOffsetsPerTrigger`). Smaller "
+                    "batches make a whole-batch failure cheaper to isolate.")
+    secret_ref: LocalObjectReference | None = Field(
+        None,
+        description="Secret whose keys are Kafka client properties (`security.protocol`, "
+                    "`sasl.mechanism`, `sasl.jaas.config`, ...), for credentials.")
+
+
+class Source(ApiModel):
+    kafka: KafkaSource = Field(description="The Kafka topic to consume.")
+
+
+class KafkaSink(ApiModel):
+    topic: TopicName = Field(description="Topic the handler's outputs are written to.")
+    bootstrap_servers: Bootstrap | None = Field(
+        None, description="Brokers of the sink. Default: the source's.")
+    secret_ref: LocalObjectReference | None = Field(
+        None, description="Credentials for the sink's brokers. Default: the source's, when "
+                          "bootstrapServers is not set either.")
+
+
+class Sink(ApiModel):
+    kafka: KafkaSink | None = Field(None, description="Write outputs to a Kafka topic.")
+    path: str | None = Field(
+        None, min_length=1, max_length=1024,
+        description="Write outputs as files under this directory (`s3a://`, `hdfs://`, a mounted path).")
+    format: Literal["parquet", "json", "csv"] | None = Field(
+        None, description="File format with `path`. Default: `parquet`.")
+
+    rules = (
+        Rule("has(self.kafka) != has(self.path)", "needs exactly one of kafka or path",
+             lambda s: (s.kafka is None) != (s.path is None)),
+        Rule("!has(self.format) || has(self.path)", "applies only to a path sink",
+             lambda s: s.format is None or s.path is not None, field="format"),
+    )
+
+
+class SparkDriver(ApiModel):
+    cores: int = Field(1, ge=1, le=64, description="CPU cores of the driver.")
+    memory: Memory = Field("1g", description="Driver memory, Spark notation (`512m`, `2g`).")
+
+
+class SparkExecutor(ApiModel):
+    instances: int = Field(1, ge=1, le=1000, description="Number of executor pods.")
+    cores: int = Field(1, ge=1, le=64, description="CPU cores per executor.")
+    memory: Memory = Field("1g", description="Memory per executor, Spark notation (`512m`, `2g`).")
+
+
+class Spark(ApiModel):
+    image: str | None = Field(
+        None, min_length=1, max_length=512,
+        description="Container image of driver and executors. Default: the operator's consumer image.",
+        json_schema_extra=seed("spark-operator SparkApplication.spec.image"))
+    driver: SparkDriver = Field(default_factory=SparkDriver, description="The driver (runs `antidote consumer`).")
+    executor: SparkExecutor = Field(default_factory=SparkExecutor, description="The executors.")
+    conf: StringMap | None = Field(
+        None, description="Extra Spark configuration; keys start with `spark.`.",
+        json_schema_extra=seed("spark-operator sparkConf"))
+
+    rules = (
+        Rule("!has(self.conf) || self.conf.all(k, k.startsWith('spark.'))",
+             "keys must start with spark.",
+             lambda s: s.conf is None or all(k.startswith("spark.") for k in s.conf), field="conf"),
+    )
+
+
+class Checkpoint(ApiModel):
+    location: str = Field(
+        min_length=1, max_length=1024,
+        description="Where Spark keeps offsets and Antidote its attempt counts, so both survive "
+                    "restarts: a shared filesystem URI (`s3a://`, `hdfs://`) or a mounted volume path.")
+
+
+class QueueConsumerSpec(ApiModel):
+    policy_ref: LocalObjectReference = Field(description="The PoisonPolicy (same namespace) that applies.")
+    paused: bool = Field(
+        False,
+        description="Stop consuming (driver scaled to 0) until set back to false.",
+        json_schema_extra=seed("Service Broker ALTER QUEUE STATUS = OFF; KEDA paused annotation"))
+    source: Source = Field(description="Where messages come from.")
+    handler: Handler = Field(
+        description="The function called per message, as `package.module:function`. Raising "
+                    "means the message failed.")
+    sink: Sink | None = Field(
+        None, description="Where the handler's return values go. Default: discarded (the handler "
+                          "has side effects only).")
+    spark: Spark = Field(default_factory=Spark, description="Spark resources and configuration.")
+    checkpoint: Checkpoint = Field(description="Durable state of the stream.")
+
+
+class Counts(ApiModel):
+    processed: Int64 = Field(0, description="Messages the handler succeeded on.")
+    retried: Int64 = Field(0, description="Messages parked in a retry topic for a later cycle.")
+    moved: Int64 = Field(0, description="Messages moved to the poison topic.")
+    rejected: Int64 = Field(0, description="Messages rejected to the dead-letter topic.")
+    dropped: Int64 = Field(0, description="Messages dropped (discarded, counted).")
+    poisoned: Int64 = Field(0, description="`moved + rejected + dropped`: messages that got a disposition.")
+
+
+class LastPoison(ApiModel):
+    time: datetime = Field(description="When the message got its disposition.")
+    reason: PoisonReason = Field(description="Why: `max-attempts`, `non-retryable`, `validation` "
+                                             "or `batch-isolation`.")
+    error_class: str | None = Field(None, max_length=256, description="Exception class of the last failure.")
+    disposition: Disposition = Field(description="What became of it.")
+    topic: TopicName = Field(description="Original topic.")
+    partition: int = Field(ge=0, description="Original partition.")
+    offset: Int64 = Field(description="Original offset.")
+
+
+class ReaderJob(ApiModel):
+    name: str = Field(max_length=63, description="Name of the Job.")
+    action: Literal["Redrive", "Archive", "Drop", "Hold"] = Field(description="The policy's reader action.")
+    trigger: Literal["Manual", "PoisonDepth", "Schedule"] = Field(description="What started it.")
+    phase: Literal["Pending", "Running", "Succeeded", "Failed"] = Field(description="Where it is.")
+    start_time: datetime | None = Field(None, description="When it started.")
+    completion_time: datetime | None = Field(None, description="When it finished.")
+    messages: Int64 = Field(0, description="Poison messages it handled.")
+    message: str = Field("", max_length=1024, description="Result in words.")
+
+
+class QueueConsumerStatus(ApiModel):
+    observed_generation: int | None = Field(None, ge=0, description="Generation the operator last acted on.")
+    conditions: Conditions | None = Field(
+        None, description="`Ready`, `Paused`, `QueueDisabled`, `PoisonDetected`.",
+        json_schema_extra=seed("Service Broker BROKER_QUEUE_DISABLED event"))
+    counts: Counts | None = Field(None, description="Messages by outcome since the consumer was created.")
+    consecutive_batch_failures: int | None = Field(
+        None, ge=0, description="Whole-batch failures in a row, right now.")
+    last_poison: LastPoison | None = Field(
+        None, description="The latest message that got a disposition; never its payload.")
+    reader_jobs: list[ReaderJob] | None = Field(
+        None, max_length=16,
+        description="Recent poison-reader jobs, newest first.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+
+
+# Child objects (Service, Deployment, reader Jobs) are named after the consumer, so the name
+# must be a DNS-1035 label with room for suffixes within 63 characters.
+NAME_MAX = 40
+_DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _valid_name(name: str | None) -> bool:
+    # No name yet (generateName): the server checks the generated one.
+    return name is None or (len(name) <= NAME_MAX and re.fullmatch(_DNS_LABEL, name) is not None)
+
+
+NAME_RULE = Rule(
+    f"self.metadata.name.matches('{_DNS_LABEL}') && size(self.metadata.name) <= {NAME_MAX}",
+    # No fieldPath: the server accepts none into metadata, so the message names the field.
+    f"metadata.name must be a DNS-1035 label (a-z, 0-9, '-', starting with a letter) of at most "
+    f"{NAME_MAX} characters: Antidote names the consumer's Service, Deployment and Jobs after it",
+    lambda obj: _valid_name(obj.metadata.get("name")))
+
+
+class QueueConsumer(ApiModel):
+    """A whole QueueConsumer manifest."""
+
+    api_version: ApiVersionField = Field(API_VERSION, description="`antidote.dev/v1alpha1`.")
+    kind: KindField[Literal["QueueConsumer"]] = Field("QueueConsumer", description="`QueueConsumer`.")
+    metadata: Metadata = Field(default_factory=dict, description="Standard object metadata.")
+    spec: QueueConsumerSpec = Field(description="The consumer.")
+    status: QueueConsumerStatus | None = Field(None, description="Written by the operator.")
+
+    rules = (NAME_RULE,)

@@ -1,0 +1,279 @@
+"""PoisonPolicy: how often a failing message is retried, what becomes of it after the last
+attempt, when a whole queue is disabled instead, and how quarantined messages are read back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import Field, field_validator
+
+from .base import ApiModel, Rule
+from .conditions import Conditions
+from .duration import Duration
+from .types import (API_VERSION, ApiVersionField, ClassName, Cron, Disposition, FreeObject,
+                    KindField, Metadata, PoisonReason, SetOf, TopicName, seed)
+
+
+class Retries(ApiModel):
+    immediate: int = Field(
+        5, ge=0, le=100,
+        description="Re-attempts right after a failure, within the same batch.",
+        json_schema_extra=seed("WCF ReceiveRetryCount; RabbitMQ delivery-limit"))
+    cycles: int = Field(
+        2, ge=0, le=20,
+        description="Passes through retry topics after the immediate attempts are used up; "
+                    "each cycle starts with `immediate + 1` fresh attempts. A message that always "
+                    "fails is attempted exactly `(immediate + 1) x (cycles + 1)` times.",
+        json_schema_extra=seed("WCF MaxRetryCycles; Spring Kafka retry topics"))
+    cycle_delay: Duration = Field(
+        Duration.parse("30m"),
+        description="Wait before the first retry cycle (e.g. `30s`, `10m`, `1h30m`).",
+        json_schema_extra=seed("WCF RetryCycleDelay; SQS visibility timeout"))
+    backoff: float = Field(
+        1.0, ge=1.0, le=100.0,
+        description="Multiplier of the delay for each further cycle: cycle k waits "
+                    "`cycleDelay x backoff^(k-1)`.",
+        json_schema_extra=seed("Spring Kafka BackOff multiplier; NATS JetStream BackOff"))
+    max_cycle_delay: Duration | None = Field(
+        None,
+        description="Upper bound of a cycle's delay once backoff has grown it. Default: unbounded.",
+        json_schema_extra=seed("Spring Kafka maxDelay"))
+    non_retryable: SetOf(ClassName) = Field(
+        default_factory=list,
+        description="Exception class names (`ValueError`, `json.JSONDecodeError`) that skip all "
+                    "retries: the message gets its disposition at once, reason `non-retryable`.",
+        json_schema_extra=seed("Spring Kafka notRetryOn / addNotRetryableExceptions"))
+
+    rules = (
+        Rule("!has(self.maxCycleDelay) || duration(self.maxCycleDelay) >= duration(self.cycleDelay)",
+             "must not be shorter than cycleDelay",
+             lambda r: r.max_cycle_delay is None or r.max_cycle_delay >= r.cycle_delay,
+             field="maxCycleDelay"),
+    )
+
+
+class Validation(ApiModel):
+    max_bytes: int | None = Field(
+        None, ge=1,
+        description="Largest accepted message value, in bytes. Default: no limit.")
+    format: Literal["bytes", "utf8", "json"] = Field(
+        "bytes",
+        description="What the value must be: `bytes` (anything), `utf8` (text) or `json` (a JSON "
+                    "document). With `utf8` and `json` a null value (a tombstone) is invalid.")
+    json_schema: FreeObject | None = Field(
+        None,
+        description="JSON Schema (draft 2020-12 unless `$schema` says otherwise) the decoded value "
+                    "must match; needs `format: json`.")
+
+    rules = (
+        Rule("!has(self.jsonSchema) || (has(self.format) && self.format == 'json')",
+             "needs format: json",
+             lambda v: v.json_schema is None or v.format == "json", field="jsonSchema"),
+    )
+
+    @field_validator("json_schema")
+    @classmethod
+    def _is_a_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # The API server cannot check this; the operator reports it on the policy.
+        if value is not None:
+            try:
+                jsonschema.validators.validator_for(value).check_schema(value)
+            except jsonschema.SchemaError as err:
+                raise ValueError(f"not a valid JSON Schema: {err.message}") from None
+        return value
+
+
+class Topics(ApiModel):
+    retry: list[TopicName] | None = Field(
+        None, max_length=20,
+        description="One topic per retry cycle, in order. Default: `<source>.retry-1` ... "
+                    "`<source>.retry-<cycles>`.",
+        json_schema_extra=seed("Spring Kafka retry topic suffixes; Uber retry queues"))
+    poison: TopicName | None = Field(
+        None, description="Where `Move` sends a message. Default: `<source>.poison`.",
+        json_schema_extra=seed("WCF poison subqueue"))
+    dlq: TopicName | None = Field(
+        None, description="Where `Reject` sends a message. Default: `<source>.dlq`.",
+        json_schema_extra=seed("Kafka Connect errors.deadletterqueue.topic.name; SQS deadLetterTargetArn"))
+
+
+class FailureRatio(ApiModel):
+    threshold: float = Field(
+        0.5, gt=0.0, le=1.0,
+        description="Fraction of failed messages in the window, in (0, 1], above which the "
+                    "fault is taken as systemic (a downstream outage): pause, do not quarantine.")
+    window: Duration = Field(Duration.parse("5m"), description="Sliding window the ratio is computed over.")
+    min_messages: int = Field(
+        100, ge=1, description="Messages the window must hold before the ratio counts.")
+
+
+class AutoResume(ApiModel):
+    after: Duration = Field(description="How long a disabled consumer stays paused before it is probed.")
+    probe_messages: int = Field(
+        10, ge=1, le=100000,
+        description="Messages processed in the half-open probe; if they fail, the consumer is "
+                    "disabled again.",
+        json_schema_extra=seed("circuit breaker half-open state"))
+
+    rules = (
+        Rule("duration(self.after) > duration('0s')", "must be longer than 0s",
+             lambda a: a.after.ms > 0, field="after"),
+    )
+
+
+class QueueDisable(ApiModel):
+    enabled: bool = Field(True, description="Whether the consumer is ever disabled automatically.")
+    consecutive_batch_failures: int = Field(
+        5, ge=1, le=1000,
+        description="Whole-batch failures (rollbacks) in a row before the consumer is disabled.",
+        json_schema_extra=seed("Service Broker: 5 rollbacks set the queue OFF"))
+    failure_ratio: FailureRatio = Field(
+        default_factory=FailureRatio,
+        description="When most messages fail, pause the consumer instead of quarantining everything.",
+        json_schema_extra=seed("Service Broker: a failure count is not always reliable"))
+    auto_resume: AutoResume | None = Field(
+        None,
+        description="Resume a disabled consumer by itself, with a small probe first. "
+                    "Default: off (resume with `antidote resume`).",
+        json_schema_extra=seed("circuit breaker; KEDA pause annotations"))
+
+    rules = (
+        Rule("!has(self.autoResume) || !has(self.enabled) || self.enabled",
+             "needs queueDisable.enabled: true (nothing is disabled, so nothing resumes)",
+             lambda q: q.enabled or q.auto_resume is None, field="autoResume"),
+    )
+
+
+class Payload(ApiModel):
+    redact: bool = Field(
+        True,
+        description="Keep message payloads out of logs, Events and status. Quarantined records "
+                    "always keep key and value byte-identical.")
+
+
+class ReaderTrigger(ApiModel):
+    poison_depth: int | None = Field(
+        None, ge=1,
+        description="Start a reader job when the poison topic holds at least this many messages.")
+    schedule: Cron | None = Field(
+        None, description="Start a reader job on this cron schedule (5 fields or `@hourly`...), UTC.",
+        json_schema_extra=seed("SQS redrive tasks; Kubernetes CronJob"))
+
+
+class ReaderFilter(ApiModel):
+    error_classes: SetOf(ClassName) | None = Field(
+        None, description="Only messages whose `antidote.error.class` header is one of these.")
+    reasons: SetOf(PoisonReason, max_items=4) | None = Field(
+        None, description="Only messages quarantined for one of these reasons.")
+    since: datetime | None = Field(None, description="Only messages quarantined at or after this time.")
+    until: datetime | None = Field(None, description="Only messages quarantined before this time.")
+
+    rules = (
+        Rule("!has(self.since) || !has(self.until) || timestamp(self.since) < timestamp(self.until)",
+             "must be later than since",
+             lambda f: f.since is None or f.until is None or f.since < f.until, field="until"),
+    )
+
+
+class Archive(ApiModel):
+    path: str = Field(
+        min_length=1, max_length=1024,
+        description="Directory the archive is written to (`s3a://`, `hdfs://`, `file://` or a mounted path).")
+    format: Literal["parquet", "json"] = Field("parquet", description="File format of the archive.")
+
+
+class ReaderRetries(ApiModel):
+    immediate: int = Field(
+        3, ge=0, le=100, description="Re-attempts of the reader's action on one message.",
+        json_schema_extra=seed("WCF ReceiveRetryCount on the poison queue"))
+
+
+class Reader(ApiModel):
+    trigger: ReaderTrigger = Field(
+        default_factory=ReaderTrigger,
+        description="When reader jobs start by themselves. Manual runs (`antidote redrive`) are "
+                    "always possible; with no trigger set they are the only runs.")
+    action: Literal["Redrive", "Archive", "Drop", "Hold"] = Field(
+        "Hold",
+        description="What a reader job does with each poison message: `Redrive` (back to the "
+                    "source topic), `Archive` (to files, then remove), `Drop` (discard, counted), "
+                    "`Hold` (leave it; count and report only).",
+        json_schema_extra=seed("WCF poison-queue service; SQS StartMessageMoveTask"))
+    rate_limit: int | None = Field(
+        None, ge=1, description="Messages per second a reader job handles at most. Default: unlimited.",
+        json_schema_extra=seed("SQS MaxNumberOfMessagesPerSecond"))
+    max_redrives: int = Field(
+        3, ge=1, le=100,
+        description="Times one message may be redriven; after that it gets the reader's "
+                    "disposition instead (loop guard).",
+        json_schema_extra=seed("SQS maxReceiveCount"))
+    filter: ReaderFilter | None = Field(
+        None, description="Which poison messages a job touches. Default: all.")
+    archive: Archive | None = Field(None, description="Where `Archive` writes; required for that action.")
+    retries: ReaderRetries = Field(default_factory=ReaderRetries,
+                                   description="Retries of the reader's own action.")
+    disposition: Disposition = Field(
+        "Reject",
+        description="What becomes of a message the reader cannot handle: `Reject`, `Drop` or "
+                    "`Fault`. Never `Move`: the poison topic does not quarantine into itself.",
+        json_schema_extra=seed("WCF: ReceiveErrorHandling Move is refused on the poison subqueue"))
+
+    rules = (
+        Rule("!has(self.disposition) || self.disposition != 'Move'",
+             "Move is refused on the poison queue; use Reject, Drop or Fault",
+             lambda r: r.disposition != "Move", field="disposition"),
+        Rule("!has(self.action) || self.action != 'Archive' || has(self.archive)",
+             "is required when action is Archive",
+             lambda r: r.action != "Archive" or r.archive is not None, field="archive"),
+    )
+
+
+class PoisonPolicySpec(ApiModel):
+    retries: Retries = Field(default_factory=Retries, description="How a failing message is retried.")
+    validation: Validation | None = Field(
+        None,
+        description="Fast-fail content checks: an invalid message gets its disposition at once, "
+                    "reason `validation`, no retries. Default: none.",
+        json_schema_extra=seed("Service Broker: check the content before counting failures"))
+    disposition: Disposition = Field(
+        "Move",
+        description="After the last attempt: `Move` (to the poison topic), `Reject` (to the "
+                    "dead-letter topic), `Drop` (discard, counted) or `Fault` (stop the consumer "
+                    "at the message, which stays unconsumed).",
+        json_schema_extra=seed("WCF ReceiveErrorHandling (Move, Reject, Drop, Fault)"))
+    topics: Topics | None = Field(None, description="Overrides of the derived topic names.")
+    queue_disable: QueueDisable = Field(
+        default_factory=QueueDisable,
+        description="When the whole consumer is disabled (paused) instead of quarantining.",
+        json_schema_extra=seed("Service Broker poison-message detection; BROKER_QUEUE_DISABLED"))
+    payload: Payload = Field(default_factory=Payload, description="Payload handling.")
+    reader: Reader = Field(default_factory=Reader, description="Poison-queue reader jobs.",
+                           json_schema_extra=seed("WCF poison-message service; SQS redrive"))
+
+    rules = (
+        Rule("!has(self.topics) || !has(self.topics.retry) || size(self.topics.retry) == self.retries.cycles",
+             "must name exactly one topic per retry cycle (retries.cycles)",
+             lambda s: s.topics is None or s.topics.retry is None or len(s.topics.retry) == s.retries.cycles,
+             field="topics.retry"),
+    )
+
+
+class PoisonPolicyStatus(ApiModel):
+    observed_generation: int | None = Field(None, ge=0, description="Generation the operator last acted on.")
+    max_attempts: int | None = Field(
+        None, ge=1, description="`(immediate + 1) x (cycles + 1)`: attempts before the disposition.")
+    conditions: Conditions | None = Field(None, description="Ready when the policy is valid and in use.")
+
+
+class PoisonPolicy(ApiModel):
+    """A whole PoisonPolicy manifest."""
+
+    api_version: ApiVersionField = Field(API_VERSION, description="`antidote.dev/v1alpha1`.")
+    kind: KindField[Literal["PoisonPolicy"]] = Field("PoisonPolicy", description="`PoisonPolicy`.")
+    metadata: Metadata = Field(default_factory=dict, description="Standard object metadata.")
+    spec: PoisonPolicySpec = Field(
+        default_factory=PoisonPolicySpec,
+        description="The policy; every field has a default, so an empty spec is the design's policy.")
+    status: PoisonPolicyStatus | None = Field(None, description="Written by the operator.")

@@ -1,0 +1,193 @@
+"""What a PoisonPolicy means, as pure functions: attempt counts, cycle delays, derived
+topic names, content validation, and the effective settings a consumer runs with."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+from pydantic import Field
+
+from .base import ApiModel
+from .consumer import Checkpoint, KafkaSink, KafkaSource, QueueConsumerSpec, Spark
+from .duration import Duration
+from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
+from .types import Disposition
+
+MAX_TOPIC_LENGTH = 249
+
+
+def _retries(policy: PoisonPolicySpec | Retries) -> Retries:
+    return policy.retries if isinstance(policy, PoisonPolicySpec) else policy
+
+
+def max_attempts(policy: PoisonPolicySpec | Retries) -> int:
+    """Attempts of a message that always fails, before it gets its disposition."""
+    r = _retries(policy)
+    return (r.immediate + 1) * (r.cycles + 1)
+
+
+def cycle_delay(policy: PoisonPolicySpec | Retries, k: int) -> Duration:
+    """The wait before retry cycle k (1-based): cycleDelay x backoff^(k-1), capped by maxCycleDelay."""
+    r = _retries(policy)
+    if not 1 <= k <= r.cycles:
+        raise ValueError(f"retry cycle {k} does not exist: the policy has cycles 1..{r.cycles}")
+    delay = r.cycle_delay * (r.backoff ** (k - 1))
+    if r.max_cycle_delay is not None and delay > r.max_cycle_delay:
+        return r.max_cycle_delay
+    return delay
+
+
+class EffectiveTopics(ApiModel):
+    source: str
+    retry: list[str] = Field(description="Topic of retry cycle k at index k-1.")
+    poison: str
+    dlq: str
+
+
+def _derived(source: str, suffix: str) -> str:
+    name = f"{source}.{suffix}"
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"derived topic {name[:40]}... is longer than {MAX_TOPIC_LENGTH} "
+                         f"characters; name it in the policy's spec.topics")
+    return name
+
+
+def topics(policy: PoisonPolicySpec, source: str) -> EffectiveTopics:
+    """`<source>.retry-<n>`, `<source>.poison`, `<source>.dlq`, unless spec.topics names them."""
+    over = policy.topics
+    retry = over.retry if over and over.retry is not None else [
+        _derived(source, f"retry-{n}") for n in range(1, policy.retries.cycles + 1)]
+    return EffectiveTopics(
+        source=source, retry=list(retry),
+        poison=(over.poison if over and over.poison else _derived(source, "poison")),
+        dlq=(over.dlq if over and over.dlq else _derived(source, "dlq")))
+
+
+# --- content validation ----------------------------------------------------------------
+# Reasons name the check and where it failed, never the payload (it may be secret).
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+@lru_cache(maxsize=64)
+def _schema_validator(schema_json: str) -> jsonschema.protocols.Validator:
+    schema = json.loads(schema_json)
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def message_checker(validation: Validation | None) -> Callable[[bytes | None], str | None]:
+    """Compile `validation` once into check(value) -> reason, or None when the value passes."""
+    if validation is None:
+        return lambda value: None
+    schema = (_schema_validator(json.dumps(validation.json_schema, sort_keys=True))
+              if validation.json_schema is not None else None)
+
+    def check(value: bytes | None) -> str | None:
+        size = 0 if value is None else len(value)
+        if validation.max_bytes is not None and size > validation.max_bytes:
+            return f"value is {size} bytes, above maxBytes {validation.max_bytes}"
+        if validation.format == "bytes":
+            return None
+        if value is None:
+            return f"value is null (a tombstone), not {validation.format}"
+        try:
+            text = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as err:
+            return f"value is not UTF-8: {err.reason} at byte {err.start}"
+        if validation.format == "utf8":
+            return None
+        try:
+            doc = json.loads(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as err:
+            return f"value is not JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        except ValueError as err:
+            return f"value is not JSON: {err}"
+        if schema is not None:
+            error = jsonschema.exceptions.best_match(schema.iter_errors(doc))
+            if error is not None:
+                expected = json.dumps(error.validator_value, sort_keys=True)
+                if len(expected) > 120:
+                    expected = expected[:117] + "..."
+                return f"value does not match jsonSchema at {error.json_path}: {error.validator} {expected}"
+        return None
+
+    return check
+
+
+def check_message(validation: Validation | None, value: bytes | None) -> str | None:
+    """Why `value` fails the policy's content checks, or None when it passes."""
+    return message_checker(validation)(value)
+
+
+# --- effective settings ----------------------------------------------------------------
+
+class EffectiveRetries(ApiModel):
+    immediate: int
+    cycles: int
+    max_attempts: int
+    cycle_delays: list[Duration] = Field(description="Wait before retry cycle k at index k-1.")
+    non_retryable: list[str]
+
+
+class EffectiveSink(ApiModel):
+    kafka: KafkaSink | None = None
+    path: str | None = None
+    format: str | None = None
+
+
+class EffectiveSettings(ApiModel):
+    """What a consumer (and its reader jobs) run with: the QueueConsumer spec with its
+    PoisonPolicy resolved, every default applied. The operator puts it in a ConfigMap."""
+
+    namespace: str
+    consumer: str
+    policy: str
+    paused: bool
+    handler: str
+    source: KafkaSource
+    sink: EffectiveSink | None
+    spark: Spark
+    checkpoint: Checkpoint
+    retries: EffectiveRetries
+    validation: Validation | None
+    disposition: Disposition
+    topics: EffectiveTopics
+    queue_disable: QueueDisable
+    payload: Payload
+    reader: Reader
+
+
+def _sink(spec: QueueConsumerSpec) -> EffectiveSink | None:
+    sink, source = spec.sink, spec.source.kafka
+    if sink is None:
+        return None
+    if sink.kafka is not None:
+        kafka = sink.kafka
+        if kafka.bootstrap_servers is None:  # same cluster as the source, same credentials
+            kafka = kafka.model_copy(update={"bootstrap_servers": source.bootstrap_servers,
+                                             "secret_ref": kafka.secret_ref or source.secret_ref})
+        return EffectiveSink(kafka=kafka)
+    return EffectiveSink(path=sink.path, format=sink.format or "parquet")
+
+
+def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str = "",
+            namespace: str = "") -> EffectiveSettings:
+    """The effective settings of consumer `namespace/name` under `policy`."""
+    r = policy.retries
+    return EffectiveSettings(
+        namespace=namespace, consumer=name, policy=consumer.policy_ref.name,
+        paused=consumer.paused, handler=consumer.handler,
+        source=consumer.source.kafka, sink=_sink(consumer),
+        spark=consumer.spark, checkpoint=consumer.checkpoint,
+        retries=EffectiveRetries(
+            immediate=r.immediate, cycles=r.cycles, max_attempts=max_attempts(policy),
+            cycle_delays=[cycle_delay(policy, k) for k in range(1, r.cycles + 1)],
+            non_retryable=list(r.non_retryable)),
+        validation=policy.validation, disposition=policy.disposition,
+        topics=topics(policy, consumer.source.kafka.topic),
+        queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader)

@@ -1,0 +1,140 @@
+"""Bad specs that both the models (unit tests) and the API server (integration tests) must
+reject, each naming the field at fault. One table, so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+DELETE = object()
+
+
+def valid_policy(name: str = "p") -> dict[str, Any]:
+    return {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
+            "metadata": {"name": name}, "spec": {}}
+
+
+def valid_consumer(name: str = "c") -> dict[str, Any]:
+    return {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
+            "metadata": {"name": name},
+            "spec": {"policyRef": {"name": "p"},
+                     "source": {"kafka": {"bootstrapServers": "localhost:9092", "topic": "orders"}},
+                     "handler": "shop.orders:handle",
+                     "checkpoint": {"location": "/tmp/ckpt"}}}
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is DELETE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@dataclass(frozen=True)
+class BadSpec:
+    id: str
+    kind: str  # "ppol" or "qc"
+    patch: dict[str, Any]  # merged into the valid object (DELETE removes a key)
+    field: str  # the path both rejections must name
+
+    def manifest(self, name: str | None = None) -> dict[str, Any]:
+        base = valid_policy() if self.kind == "ppol" else valid_consumer()
+        obj = merge(base, self.patch)
+        if name is not None and obj["metadata"]["name"] == base["metadata"]["name"]:
+            obj["metadata"]["name"] = name
+        return obj
+
+    def describe(self) -> str:
+        def show(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: show(v) for k, v in value.items()}
+            return "<removed>" if value is DELETE else value
+        return yaml.safe_dump(show(self.patch), default_flow_style=True, width=1000, sort_keys=False).strip()
+
+
+def _p(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": spec}
+
+
+BAD_SPECS = (
+    BadSpec("disposition-not-an-enum", "ppol", _p({"disposition": "Quarantine"}), "spec.disposition"),
+    BadSpec("negative-immediate", "ppol", _p({"retries": {"immediate": -1}}), "spec.retries.immediate"),
+    BadSpec("negative-cycles", "ppol", _p({"retries": {"cycles": -2}}), "spec.retries.cycles"),
+    BadSpec("duration-in-words", "ppol", _p({"retries": {"cycleDelay": "30 minutes"}}), "spec.retries.cycleDelay"),
+    BadSpec("duration-in-days", "ppol", _p({"retries": {"cycleDelay": "1d"}}), "spec.retries.cycleDelay"),
+    BadSpec("backoff-below-one", "ppol", _p({"retries": {"backoff": 0.5}}), "spec.retries.backoff"),
+    BadSpec("max-delay-below-delay", "ppol", _p({"retries": {"cycleDelay": "30m", "maxCycleDelay": "10m"}}),
+            "spec.retries.maxCycleDelay"),
+    BadSpec("non-retryable-duplicate", "ppol", _p({"retries": {"nonRetryable": ["ValueError", "ValueError"]}}),
+            "spec.retries.nonRetryable"),
+    BadSpec("non-retryable-not-a-class", "ppol", _p({"retries": {"nonRetryable": ["value error"]}}),
+            "spec.retries.nonRetryable"),
+    BadSpec("unknown-field", "ppol", _p({"retries": {"immedaite": 3}}), "spec.retries.immedaite"),
+    BadSpec("validation-format", "ppol", _p({"validation": {"format": "xml"}}), "spec.validation.format"),
+    BadSpec("json-schema-needs-json", "ppol", _p({"validation": {"jsonSchema": {"type": "object"}}}),
+            "spec.validation.jsonSchema"),
+    BadSpec("max-bytes-zero", "ppol", _p({"validation": {"maxBytes": 0}}), "spec.validation.maxBytes"),
+    BadSpec("topic-with-space", "ppol", _p({"topics": {"poison": "orders poison"}}), "spec.topics.poison"),
+    BadSpec("retry-topics-per-cycle", "ppol", _p({"retries": {"cycles": 2}, "topics": {"retry": ["orders.r1"]}}),
+            "spec.topics.retry"),
+    BadSpec("batch-failures-zero", "ppol", _p({"queueDisable": {"consecutiveBatchFailures": 0}}),
+            "spec.queueDisable.consecutiveBatchFailures"),
+    BadSpec("ratio-zero", "ppol", _p({"queueDisable": {"failureRatio": {"threshold": 0}}}),
+            "spec.queueDisable.failureRatio.threshold"),
+    BadSpec("ratio-above-one", "ppol", _p({"queueDisable": {"failureRatio": {"threshold": 1.5}}}),
+            "spec.queueDisable.failureRatio.threshold"),
+    BadSpec("auto-resume-without-disable", "ppol",
+            _p({"queueDisable": {"enabled": False, "autoResume": {"after": "5m"}}}),
+            "spec.queueDisable.autoResume"),
+    BadSpec("auto-resume-after-zero", "ppol", _p({"queueDisable": {"autoResume": {"after": "0s"}}}),
+            "spec.queueDisable.autoResume.after"),
+    BadSpec("reader-move", "ppol", _p({"reader": {"disposition": "Move"}}), "spec.reader.disposition"),
+    BadSpec("reader-action-not-an-enum", "ppol", _p({"reader": {"action": "Replay"}}), "spec.reader.action"),
+    BadSpec("reader-archive-without-path", "ppol", _p({"reader": {"action": "Archive"}}), "spec.reader.archive"),
+    BadSpec("reader-schedule-in-words", "ppol", _p({"reader": {"trigger": {"schedule": "every hour"}}}),
+            "spec.reader.trigger.schedule"),
+    BadSpec("reader-window-backwards", "ppol",
+            _p({"reader": {"filter": {"since": "2025-02-01T00:00:00Z", "until": "2025-01-01T00:00:00Z"}}}),
+            "spec.reader.filter.until"),
+    BadSpec("handler-without-function", "qc", _p({"handler": "shop.orders.handle"}), "spec.handler"),
+    BadSpec("handler-with-space", "qc", _p({"handler": "shop orders:handle"}), "spec.handler"),
+    BadSpec("policy-ref-missing", "qc", _p({"policyRef": DELETE}), "spec.policyRef"),
+    BadSpec("starting-offsets-not-an-enum", "qc", _p({"source": {"kafka": {"startingOffsets": "beginning"}}}),
+            "spec.source.kafka.startingOffsets"),
+    BadSpec("batch-size-zero", "qc", _p({"source": {"kafka": {"maxMessagesPerBatch": 0}}}),
+            "spec.source.kafka.maxMessagesPerBatch"),
+    BadSpec("bootstrap-without-port", "qc", _p({"source": {"kafka": {"bootstrapServers": "kafka.svc"}}}),
+            "spec.source.kafka.bootstrapServers"),
+    BadSpec("sink-kafka-and-path", "qc", _p({"sink": {"kafka": {"topic": "out"}, "path": "/data/out"}}),
+            "spec.sink"),
+    BadSpec("sink-format-without-path", "qc", _p({"sink": {"kafka": {"topic": "out"}, "format": "json"}}),
+            "spec.sink.format"),
+    BadSpec("executor-memory-with-space", "qc", _p({"spark": {"executor": {"memory": "2 GB"}}}),
+            "spec.spark.executor.memory"),
+    BadSpec("spark-conf-not-spark", "qc", _p({"spark": {"conf": {"executor.memory": "2g"}}}), "spec.spark.conf"),
+    BadSpec("checkpoint-without-location", "qc", _p({"checkpoint": {"location": DELETE}}),
+            "spec.checkpoint.location"),
+    BadSpec("unknown-spec-field", "qc", _p({"replicas": 3}), "spec.replicas"),
+    BadSpec("name-not-a-dns-label", "qc", {"metadata": {"name": "orders.v2"}}, "metadata.name"),
+    BadSpec("name-too-long", "qc", {"metadata": {"name": "orders-" + "x" * 40}}, "metadata.name"),
+)
+
+
+def example_files() -> list[Path]:
+    return sorted(EXAMPLES.glob("*.yaml"))
+
+
+def example_documents() -> list[tuple[Path, dict[str, Any]]]:
+    return [(path, doc) for path in example_files()
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
