@@ -11,19 +11,27 @@ from antidote_devstack.errors import StackError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    dev = commands.add_parser("dev", help="the local stack: real kube-apiserver, etcd, Kafka")
-    dev.add_argument("--dir", type=Path, default=None,
-                     help="stack state directory (default $ANTIDOTE_STACK_DIR or ~/.cache/antidote/stack)")
+    # --dir is accepted before or after the action (`dev --dir X up` and `dev up --dir X`).
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--dir", type=Path, default=argparse.SUPPRESS,
+                       help="stack state directory (default $ANTIDOTE_STACK_DIR or ~/.cache/antidote/stack)")
+    dev = commands.add_parser("dev", help="the local stack: real kube-apiserver, etcd, Kafka",
+                              parents=[where])
+    dev.set_defaults(dir=None)
     sub = dev.add_subparsers(dest="action", required=True, metavar="ACTION")
-    up = sub.add_parser("up", help="build what is missing, then start the stack")
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, parents=[where])
+
+    up = add("up", "build what is missing, then start the stack")
     up.add_argument("--with", dest="extra", action="append", default=[],
                     choices=["kube-controller-manager", "kube-scheduler"],
                     help="also build this optional component")
     up.set_defaults(run=_up)
-    sub.add_parser("down", help="stop everything the stack started").set_defaults(run=_down)
-    sub.add_parser("env", help="print shell exports for the running stack").set_defaults(run=_env)
-    sub.add_parser("status", help="is the stack running?").set_defaults(run=_status)
-    b = sub.add_parser("build", help="build and cache binaries and jars, start nothing")
+    add("down", "stop everything the stack started").set_defaults(run=_down)
+    add("env", "print shell exports for the running stack").set_defaults(run=_env)
+    add("status", "is the stack running?").set_defaults(run=_status)
+    b = add("build", "build and cache binaries and jars, start nothing")
     b.add_argument("--with", dest="extra", action="append", default=[],
                    choices=["kube-controller-manager", "kube-scheduler"])
     b.set_defaults(run=_build)

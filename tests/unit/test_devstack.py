@@ -134,3 +134,16 @@ def test_env_script_quotes_values() -> None:
     out = subprocess.run(["bash", "-c", script + 'printf %s "$ANTIDOTE_STACK_DIR"'],
                          capture_output=True, text=True, check=True).stdout
     assert out == "/tmp/it's"
+
+
+@pytest.mark.parametrize("argv", [["dev", "--dir", "/x", "status"], ["dev", "status", "--dir", "/x"]])
+def test_dev_dir_is_accepted_before_or_after_the_action(argv: list[str]) -> None:
+    from antidote_cli.main import build_parser
+
+    assert build_parser().parse_args(argv).dir == Path("/x")
+
+
+def test_dev_dir_defaults_to_none() -> None:
+    from antidote_cli.main import build_parser
+
+    assert build_parser().parse_args(["dev", "status"]).dir is None
