@@ -17,7 +17,6 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="stack state directory (default $ANTIDOTE_STACK_DIR or ~/.cache/antidote/stack)")
     dev = commands.add_parser("dev", help="the local stack: real kube-apiserver, etcd, Kafka",
                               parents=[where])
-    dev.set_defaults(dir=None)
     sub = dev.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
@@ -37,6 +36,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     b.set_defaults(run=_build)
 
 
+def _dir(args: argparse.Namespace) -> Path | None:
+    return getattr(args, "dir", None)
+
+
 def _fail(err: StackError) -> int:
     print(f"antidote dev: {err}", file=sys.stderr)
     return 1
@@ -44,7 +47,7 @@ def _fail(err: StackError) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        s = stack.up(args.dir, build.DEFAULT_BINARIES + tuple(args.extra))
+        s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra))
     except StackError as err:
         return _fail(err)
     print(f"# stack running in {s.dir}; load it with: eval \"$(antidote dev env)\"")
@@ -52,13 +55,13 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    stopped = stack.down(args.dir)
+    stopped = stack.down(_dir(args))
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     return 0
 
 
 def _env(args: argparse.Namespace) -> int:
-    s = stack.running(args.dir)
+    s = stack.running(_dir(args))
     if s is None:
         print("antidote dev env: no running stack; start it with `antidote dev up`", file=sys.stderr)
         return 1
@@ -67,7 +70,7 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    s = stack.running(args.dir)
+    s = stack.running(_dir(args))
     if s is None:
         print("not running")
         return 1

@@ -140,10 +140,13 @@ def test_env_script_quotes_values() -> None:
 def test_dev_dir_is_accepted_before_or_after_the_action(argv: list[str]) -> None:
     from antidote_cli.main import build_parser
 
-    assert build_parser().parse_args(argv).dir == Path("/x")
+    from antidote_cli.dev import _dir
+
+    assert _dir(build_parser().parse_args(argv)) == Path("/x")
 
 
 def test_dev_dir_defaults_to_none() -> None:
+    from antidote_cli.dev import _dir
     from antidote_cli.main import build_parser
 
-    assert build_parser().parse_args(["dev", "status"]).dir is None
+    assert _dir(build_parser().parse_args(["dev", "status"])) is None
