@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import crds, dev
+from . import consumer, crds, dev
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     dev.register(commands)
     crds.register(commands)
+    consumer.register(commands)
     return parser
 
 

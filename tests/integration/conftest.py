@@ -103,14 +103,28 @@ def topic_factory(kafka_admin, request: pytest.FixtureRequest) -> Iterator[Calla
 
 
 @pytest.fixture(scope="session")
-def spark(stack: devstack.Stack):
+def calls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where test handlers record each call (see tests/integration/handlers.py)."""
+    path = tmp_path_factory.mktemp("handler-calls")
+    os.environ["ANTIDOTE_TEST_CALLS_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def spark(stack: devstack.Stack, calls_dir: Path):
     """One local Spark session (local[2]) with the Kafka connector jars, for the whole run."""
     import sys
 
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Spark's Python workers import test handlers (tests.integration.handlers) by name.
+    repo = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback
     session = (SparkSession.builder.master("local[2]").appName("antidote-tests")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.jars", ",".join(stack.spark_jars))
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")

@@ -16,6 +16,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int = 0  # ms
 
 
 def produce(bootstrap: str, topic: str,
@@ -58,7 +59,7 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Record]:
                     continue
                 raise AssertionError(f"reading {topic}: {msg.error()}")
             out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
-                              tuple(msg.headers() or ())))
+                              tuple(msg.headers() or ()), msg.timestamp()[1]))
             if msg.offset() + 1 >= ends[msg.partition()]:
                 todo.discard(msg.partition())
         return sorted(out, key=lambda r: (r.partition, r.offset))

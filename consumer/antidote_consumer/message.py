@@ -1,0 +1,28 @@
+"""What a handler receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One Kafka message, as first produced: on a retry cycle the topic, partition and offset
+    are still the original ones, and Antidote's own `antidote.*` headers are not shown."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int  # milliseconds since the epoch, as Kafka keeps it
+    attempt: int = 1  # 1 for the first attempt of all, counting earlier cycles
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header `name`, or None."""
+        found = None
+        for key, value in self.headers:
+            if key == name:
+                found = value
+        return found

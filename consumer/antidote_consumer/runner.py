@@ -1,0 +1,203 @@
+"""`antidote consumer`: the Structured Streaming query over the source topic, the retry
+pump over the retry topics, metrics, and a clean stop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from antidote_api.semantics import EffectiveSettings
+
+from .metrics import Metrics
+from .retry_reader import RetryReader
+from .runtime import ExitCode, QueueDisabled, Runtime
+from .topics import depth, ensure_topics, ledger_topic
+from .worker import INPUT_COLUMNS, INPUT_SCHEMA
+
+log = logging.getLogger("antidote.consumer")
+
+
+def spark_session(settings: EffectiveSettings, master: str | None = None) -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = dict(settings.spark.conf or {})
+    builder = SparkSession.builder.appName(f"antidote-{settings.consumer or 'consumer'}")
+    master = (master or conf.pop("spark.master", None)
+              or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]"))
+    builder = builder.master(master)
+    if master.startswith("local"):
+        # Local runs stay on loopback instead of whatever interface the hostname resolves to.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1")
+    jars = os.environ.get("ANTIDOTE_SPARK_JARS")
+    if not jars:
+        from antidote_devstack.build import jar_dir_path
+
+        found = jar_dir_path("spark")
+        jars = ",".join(str(p) for p in sorted(found.glob("*.jar"))) if found.exists() else ""
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    builder = (builder.config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", settings.spark.driver.memory)
+               .config("spark.executor.memory", settings.spark.executor.memory))
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+class Consumer:
+    def __init__(self, settings: EffectiveSettings, spark: SparkSession, metrics: Metrics,
+                 *, trigger_interval: float = 1.0):
+        self.s = settings
+        self.spark = spark
+        self.metrics = metrics
+        self.interval = trigger_interval
+        admin = AdminClient({"bootstrap.servers": settings.source.bootstrap_servers})
+        t = settings.topics
+        derived = list(t.retry) + [t.poison, t.dlq]
+        self.partitions = ensure_topics(admin, t.source, derived,
+                                        ledger_topic(t.source, settings.consumer))
+        self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions)
+        self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry)) if t.retry else None
+        self.query = None
+        self._depth_admin = admin
+
+    # --- the source query ---------------------------------------------------------------
+    def _source_batch(self, df, batch_id: int) -> None:
+        rows = df.select("key", "value", "topic", "partition", "offset",
+                         F.unix_millis("timestamp").alias("ts"), "headers")
+        self.runtime.handle(rows, batch_id=batch_id)
+
+    def _start_query(self, until_idle: bool):
+        src = self.s.source
+        reader = (self.spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", src.bootstrap_servers)
+                  .option("subscribe", src.topic)
+                  .option("startingOffsets", src.starting_offsets)
+                  .option("maxOffsetsPerTrigger", str(src.max_messages_per_batch))
+                  .option("includeHeaders", "true"))
+        writer = (reader.load().writeStream.foreachBatch(self._source_batch)
+                  .option("checkpointLocation", self.s.checkpoint.location)
+                  .queryName(f"antidote-{self.s.consumer or 'consumer'}"))
+        writer = writer.trigger(availableNow=True) if until_idle else writer.trigger(
+            processingTime=f"{self.interval} seconds")
+        return writer.start()
+
+    # --- the retry pump -----------------------------------------------------------------
+    def pump_once(self) -> tuple[int, int | None]:
+        """Process the retry records due now; returns (records processed, next due ms)."""
+        if self.retry is None:
+            return 0, None
+        due = self.retry.read_due(self.runtime.ledger.state.positions, int(time.time() * 1000),
+                                  self.s.source.max_messages_per_batch)
+        if due.rows:
+            df = self.spark.createDataFrame(due.rows, INPUT_SCHEMA).select(*INPUT_COLUMNS)
+            self.runtime.handle(df, positions=due.positions)
+        return len(due.rows), due.next_due
+
+    def _pump_loop(self) -> None:
+        while not self.runtime.stopping.is_set():
+            try:
+                n, next_due = self.pump_once()
+                self.update_depths()
+            except QueueDisabled:
+                self._stop_query()
+                return
+            except Exception:  # noqa: BLE001 - keep pumping; the source query decides health
+                log.exception("retry pump failed; trying again")
+                n, next_due = 0, None
+            if not n:
+                wait = self.interval if next_due is None else max(0.05, min(
+                    self.interval, next_due / 1000 - time.time()))
+                self.runtime.stopping.wait(wait)
+
+    def update_depths(self) -> None:
+        t = self.s.topics
+        kinds = [(t.poison, "poison"), (t.dlq, "dlq")] + [
+            (name, f"retry-{i}") for i, name in enumerate(t.retry, start=1)]
+        consumer = self.retry.consumer if self.retry else None
+        if consumer is None:
+            return
+        for topic, kind in kinds:
+            self.metrics.depth.labels(**self.metrics.ids, topic=topic, kind=kind).set(
+                depth(consumer, topic))
+
+    # --- running and stopping -----------------------------------------------------------
+    def _stop_query(self) -> None:
+        q = self.query
+        if q is not None and q.isActive:
+            q.stop()
+
+    def request_stop(self, *_args) -> None:
+        """SIGTERM: finish the current batch, then stop (a batch cut short is replayed)."""
+        if self.runtime.stopping.is_set():
+            return
+        log.info("stop requested: finishing the current batch")
+        self.runtime.stopping.set()
+
+        def stop_after_batch() -> None:
+            deadline = time.monotonic() + 120
+            while (self.query is not None and self.query.isActive
+                   and self.query.status.get("isTriggerActive") and time.monotonic() < deadline):
+                time.sleep(0.1)
+            self._stop_query()
+
+        threading.Thread(target=stop_after_batch, daemon=True).start()
+
+    def run(self, until_idle: bool = False) -> ExitCode:
+        self.runtime.recover()
+        self.update_depths()
+        try:
+            self.query = self._start_query(until_idle)
+            if until_idle:
+                self.query.awaitTermination()
+                self._raise_disabled()
+                while not self.runtime.stopping.is_set():
+                    n, next_due = self.pump_once()
+                    if n == 0 and next_due is None:
+                        break
+                    if n == 0:
+                        time.sleep(max(0.05, next_due / 1000 - time.time()))
+                self.update_depths()
+            else:
+                pump = threading.Thread(target=self._pump_loop, name="retry-pump", daemon=True)
+                pump.start()
+                while self.query.isActive and not self.runtime.disabled:
+                    self.query.awaitTermination(1)
+                self.runtime.stopping.set()
+                pump.join(timeout=60)
+                self._stop_query()
+                self._raise_disabled()
+        except QueueDisabled as err:
+            return err.exit_code
+        except Exception:
+            if self.runtime.disabled:
+                return self.runtime.disabled.exit_code
+            if self.runtime.stopping.is_set():
+                return ExitCode.OK
+            raise
+        finally:
+            self._stop_query()
+            if self.retry:
+                self.retry.close()
+        return self.runtime.disabled.exit_code if self.runtime.disabled else ExitCode.OK
+
+    def _raise_disabled(self) -> None:
+        if self.runtime.disabled:
+            raise self.runtime.disabled
+        if self.query is not None and self.query.exception() is not None and not self.runtime.stopping.is_set():
+            raise RuntimeError(f"the source query failed: {self.query.exception()}")
+
+
+def install_signal_handlers(consumer: Consumer) -> None:
+    signal.signal(signal.SIGTERM, consumer.request_stop)
+    signal.signal(signal.SIGINT, consumer.request_stop)

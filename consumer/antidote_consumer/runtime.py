@@ -1,0 +1,390 @@
+"""The driver: turns batches (from the source query, or due records from retry topics)
+into committed outcomes, and decides when the queue must be disabled."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from antidote_api.semantics import EffectiveSettings
+
+from . import headers as h
+from .attempts import Reason, Verdict
+from .isolation import bisect
+from .ledger import Ledger, LedgerState
+from .metrics import Metrics
+from .topics import ledger_topic
+from .worker import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
+
+log = logging.getLogger("antidote.consumer")
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    BAD_SETTINGS = 2
+    CONSECUTIVE_BATCH_FAILURES = 3
+    SYSTEMIC_FAILURE = 4
+    FAULT = 5
+
+
+class QueueDisabled(Exception):
+    """The consumer must stop: its queue is disabled for `reason` (a condition reason)."""
+
+    codes = {"ConsecutiveBatchFailures": ExitCode.CONSECUTIVE_BATCH_FAILURES,
+             "SystemicFailure": ExitCode.SYSTEMIC_FAILURE, "Fault": ExitCode.FAULT}
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(f"{reason}: {message}")
+        self.reason, self.message = reason, message
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.codes[self.reason]
+
+
+@dataclass
+class BatchResult:
+    failures: list = field(default_factory=list)  # Rows of RESULT_SCHEMA (retry / final)
+    n_ok: int = 0
+    n_attempts: int = 0
+
+    def merge(self, other: BatchResult) -> BatchResult:
+        return BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
+                           self.n_attempts + other.n_attempts)
+
+
+def worker_config(s: EffectiveSettings) -> WorkerConfig:
+    sink_kafka = None
+    if s.sink is not None and s.sink.kafka is not None:
+        sink_kafka = {"bootstrap.servers": s.sink.kafka.bootstrap_servers, "topic": s.sink.kafka.topic}
+    return WorkerConfig(
+        handler=s.handler, source_topic=s.source.topic, immediate=s.retries.immediate,
+        cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
+        validation=s.validation.wire() if s.validation is not None else None,
+        sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None)
+
+
+class Runtime:
+    def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
+                 partitions: int, retry_sleep: float = 1.0):
+        self.s = settings
+        self.spark = spark
+        self.metrics = metrics
+        self.partitions = partitions
+        self.retry_sleep = retry_sleep
+        self.cfg = worker_config(settings)
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.window: deque[tuple[float, int, int]] = deque()
+        self.disabled: QueueDisabled | None = None
+        who = f"{settings.namespace}-{settings.consumer}".strip("-") or "antidote"
+        self.ledger = Ledger(settings.source.bootstrap_servers,
+                             ledger_topic(settings.source.topic, settings.consumer),
+                             transactional_id=f"antidote-{who}")
+
+    # --- start-up -----------------------------------------------------------------------
+    def recover(self) -> LedgerState:
+        state = self.ledger.load()
+        new = copy.deepcopy(state)
+        if state.disabled:
+            log.info("resuming a queue disabled for %s: consecutive failures reset", state.disabled)
+            new.disabled, new.consecutive_failures = None, 0
+        elif state.started_batch > state.committed_batch:
+            # The last run died inside batch `started`: a rollback, like a driver crash.
+            new.consecutive_failures += 1
+            log.warning("batch %d did not finish in the last run: counted as failure %d in a row",
+                        state.started_batch, new.consecutive_failures)
+        new.started_batch = new.committed_batch
+        self.ledger.commit(new, keys=("batch",))
+        self.metrics.restore(new.counts, new.attempts)
+        self.metrics.consecutive.labels(**self.metrics.ids).set(new.consecutive_failures)
+        return new
+
+    # --- executing a batch --------------------------------------------------------------
+    def execute(self, df) -> BatchResult:
+        """Run the handler over `df` (INPUT_COLUMNS); raises when the batch fails as a whole."""
+        mapped = df.mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
+        sink = self.s.sink
+        if sink is not None and sink.path is not None:
+            mapped = mapped.persist()
+            try:
+                rows = mapped.filter("kind != 'ok'").collect()
+                self._write_path_outputs(mapped)
+            finally:
+                mapped.unpersist()
+        else:
+            rows = mapped.collect()
+        result = BatchResult()
+        for r in rows:
+            if r.kind == "summary":
+                result.n_ok += r.n_ok
+                result.n_attempts += r.n_attempts
+            else:
+                result.failures.append(r)
+        return result
+
+    def _write_path_outputs(self, mapped) -> None:
+        out = mapped.filter("kind = 'ok'").selectExpr(
+            "key", "output AS value", "otopic AS topic", "opartition AS partition",
+            "ooffset AS offset", "ots AS timestamp")
+        # Overwriting a folder per first offset makes a replayed batch idempotent.
+        first = mapped.selectExpr("min(ooffset)").first()[0]
+        if first is not None:
+            out.write.mode("overwrite").format(self.s.sink.format).save(
+                f"{self.s.sink.path.rstrip('/')}/from-offset={first}")
+
+    # --- one batch, end to end -------------------------------------------------------------
+    def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None) -> None:
+        """Process and commit a source batch (`batch_id`) or a retry batch (`positions`)."""
+        with self.lock:
+            if self.disabled:
+                raise self.disabled
+            state = self.ledger.state
+            if batch_id is not None:
+                if batch_id <= state.committed_batch:
+                    log.info("batch %d was committed before a restart: skipped", batch_id)
+                    return
+                marked = copy.deepcopy(state)
+                marked.started_batch = batch_id
+                self.ledger.commit(marked, keys=("batch",))
+            started = time.monotonic()
+            try:
+                result, isolated = self._execute_with_rollbacks(df)
+                self._settle(result, isolated, batch_id, positions)
+            except QueueDisabled as err:
+                self._disable(err)
+                raise
+            finally:
+                self.metrics.batch_seconds.labels(**self.metrics.ids).observe(time.monotonic() - started)
+
+    def _execute_with_rollbacks(self, df) -> tuple[BatchResult, list]:
+        threshold = self.s.queue_disable.consecutive_batch_failures
+        while True:
+            try:
+                return self.execute(df), []
+            except Exception as err:  # noqa: BLE001 - a whole-batch failure: a rollback
+                if self.stopping.is_set() or not is_job_failure(err):
+                    raise
+                n = self._rollback(err)
+                if n >= threshold:
+                    return self._isolate(df, err)
+                time.sleep(min(self.retry_sleep * 2 ** (n - 1), 30))
+
+    def _rollback(self, err: Exception) -> int:
+        state = copy.deepcopy(self.ledger.state)
+        state.consecutive_failures += 1
+        self.ledger.commit(state, keys=("batch",))
+        self.metrics.batch_failures.labels(**self.metrics.ids).inc()
+        self.metrics.consecutive.labels(**self.metrics.ids).set(state.consecutive_failures)
+        log.warning("batch failed as a whole (%d in a row): %s", state.consecutive_failures,
+                    _first_line(err))
+        return state.consecutive_failures
+
+    def _isolate(self, df, err: Exception) -> tuple[BatchResult, list]:
+        keys = [tuple(r) for r in df.select("topic", "partition", "offset")
+                .orderBy("topic", "partition", "offset").collect()]
+        log.warning("isolating the failure in a batch of %d messages by bisection", len(keys))
+
+        def run(segment):
+            try:
+                return self.execute(df.filter(_segment_filter(segment)))
+            except Exception as seg_err:  # noqa: BLE001
+                if self.stopping.is_set() or not is_job_failure(seg_err):
+                    raise
+                log.info("segment of %d failed: %s", len(segment), _first_line(seg_err))
+                return None
+
+        budget = 4 * max(1, math.ceil(math.log2(max(len(keys), 2)))) + 8
+        try:
+            iso = bisect(keys, run, budget)
+        except RuntimeError as budget_err:
+            raise QueueDisabled("ConsecutiveBatchFailures", f"{budget_err}; last error: "
+                                f"{_first_line(err)}") from err
+        self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions)
+        if not iso.culprits:
+            return functools.reduce(BatchResult.merge, iso.results, BatchResult()), []
+        if not iso.results:
+            # Nothing in the batch succeeds on its own: the environment is broken, not a message.
+            raise QueueDisabled("ConsecutiveBatchFailures",
+                                f"{self.ledger.state.consecutive_failures} batch failures in a row and "
+                                f"no part of the batch succeeds; last error: {_first_line(err)}")
+        raws = df.filter(_segment_filter(iso.culprits)).collect()
+        isolated = [(raw, iso.failures.get((raw.topic, raw.partition, raw.offset), 1)
+                     + self.ledger.state.consecutive_failures, _first_line(err)) for raw in raws]
+        log.warning("isolated %d message(s) that fail the whole batch in %d re-executions: %s",
+                    len(isolated), iso.executions,
+                    ", ".join(f"{r.topic}/{r.partition}/{r.offset}" for r, _, _ in isolated))
+        return functools.reduce(BatchResult.merge, iso.results, BatchResult()), isolated
+
+    # --- deciding and committing ----------------------------------------------------------
+    def _systemic(self, result: BatchResult) -> bool:
+        qd = self.s.queue_disable
+        if not qd.enabled:
+            return False
+        failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
+        total = result.n_ok + len(result.failures)
+        now = time.monotonic()
+        self.window.append((now, total, failed))
+        horizon = now - qd.failure_ratio.window.seconds
+        while self.window and self.window[0][0] < horizon:
+            self.window.popleft()
+        n = sum(t for _, t, _ in self.window)
+        bad = sum(f for _, _, f in self.window)
+        return n >= qd.failure_ratio.min_messages and bad / n >= qd.failure_ratio.threshold
+
+    def _settle(self, result: BatchResult, isolated: list, batch_id: int | None,
+                positions: dict[str, int] | None) -> None:
+        s = self.s
+        if not isolated and self._systemic(result):
+            failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
+            total = result.n_ok + len(result.failures)
+            raise QueueDisabled("SystemicFailure",
+                                f"{failed} of {total} messages failed in this batch (threshold "
+                                f"{s.queue_disable.failure_ratio.threshold:g}); nothing was "
+                                "quarantined and the batch stays unconsumed")
+        finals = [r for r in result.failures if r.kind == Verdict.FINAL.value]
+        if s.disposition == "Fault" and (finals or isolated):
+            r = finals[0] if finals else None
+            where = (f"{r.otopic}/{r.opartition}/{r.ooffset}" if r else
+                     f"{isolated[0][0].topic}/{isolated[0][0].partition}/{isolated[0][0].offset}")
+            why = (f"{r.reason} after {r.attempts} attempts, {r.error_class}" if r
+                   else "batch-isolation")
+            raise QueueDisabled("Fault", f"poison message at {where} ({why}); it and the "
+                                "messages after it stay unconsumed")
+
+        now = int(time.time() * 1000)
+        records = []
+        state = copy.deepcopy(self.ledger.state)
+        counts = state.counts
+        counts["processed"] += result.n_ok
+        state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
+        poisoned = []
+        for r in result.failures:
+            user = [(x.key, x.value) for x in (r.headers or [])]
+            origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
+            common = dict(origin=origin, attempts=r.attempts, first_failure=r.first_failure,
+                          last_failure=r.last_failure, error_class=r.error_class,
+                          error_message=r.error_message, stack=r.stack, consumer=s.consumer,
+                          policy=s.policy)
+            if r.kind == Verdict.RETRY.value:
+                cycle = r.cycle + 1
+                due = now + s.retries.cycle_delays[r.cycle].ms
+                hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
+                records.append((s.topics.retry[r.cycle], r.opartition % self.partitions, r.key,
+                                r.value, hdrs))
+                counts["retried"] += 1
+                self.metrics.retries_scheduled.labels(**self.metrics.ids, cycle=str(cycle)).inc()
+                continue
+            poisoned.append((r.reason, r.error_class, origin))
+            records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common)
+        for raw, attempts, error in isolated:
+            origin, user, cycle = _origin_of(raw, s.source.topic)
+            common = dict(origin=origin, attempts=attempts, first_failure=now, last_failure=now,
+                          error_class="antidote.BatchFailure", error_message=error, stack=None,
+                          consumer=s.consumer, policy=s.policy)
+            poisoned.append((Reason.BATCH_ISOLATION.value, "antidote.BatchFailure", origin))
+            records += self._disposition(raw.key, raw.value, user, cycle,
+                                         Reason.BATCH_ISOLATION.value, common)
+        outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped"}[s.disposition]
+        counts[outcome] += len(poisoned)
+        state.consecutive_failures = 0
+        if batch_id is not None:
+            state.committed_batch = state.started_batch = batch_id
+        if positions:
+            state.positions.update(positions)
+        self.ledger.commit(state, records)
+
+        m, ids = self.metrics, self.metrics.ids
+        m.count("processed", result.n_ok)
+        m.count("retried", sum(1 for r in result.failures if r.kind == Verdict.RETRY.value))
+        m.count(outcome, len(poisoned))
+        m.attempts.labels(**ids).inc(result.n_attempts)
+        m.consecutive.labels(**ids).set(0)
+        for reason, error_class, origin in poisoned:
+            m.poison.labels(**ids, reason=reason, disposition=s.disposition).inc()
+        if poisoned:
+            reason, error_class, origin = poisoned[-1]
+            m.last_poison.clear()
+            m.last_poison.labels(**ids, reason=reason, error_class=error_class or "",
+                                 topic=origin.topic, partition=str(origin.partition),
+                                 offset=str(origin.offset)).set(now / 1000)
+            log.warning("%d message(s) got disposition %s; last: %s/%d/%d (%s, %s)", len(poisoned),
+                        s.disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
+
+    def _disposition(self, key, value, user, cycle, reason, common) -> list:
+        s = self.s
+        if s.disposition == "Drop":
+            return []
+        topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
+        hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
+        return [(topic, common["origin"].partition % self.partitions, key, value, hdrs)]
+
+    def _disable(self, err: QueueDisabled) -> None:
+        self.disabled = err
+        state = copy.deepcopy(self.ledger.state)
+        state.disabled = err.reason
+        try:
+            self.ledger.commit(state, keys=("batch",))
+        except Exception:  # noqa: BLE001 - still stop; the metric says why
+            log.exception("could not record the disabled queue in the ledger")
+        self.metrics.set_disabled(err.reason)
+        log.error("queue disabled (%s): %s", err.reason, err.message)
+
+
+def is_job_failure(err: BaseException) -> bool:
+    """A failure of the Spark job (a task, a worker, the JVM), not a bug in the driver code."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    return isinstance(err, (Py4JError, CapturedException))
+
+
+def _origin_of(raw, source_topic: str):
+    hdrs = [(x.key, x.value) for x in (raw.headers or [])]
+    if raw.topic == source_topic:
+        return h.Origin(raw.topic, raw.partition, raw.offset, raw.ts), hdrs, 0
+    st = h.retry_state(hdrs)
+    return st.origin, h.user_headers(hdrs), st.cycle
+
+
+def _segment_filter(keys):
+    """A filter selecting exactly `keys` (topic, partition, offset), as offset ranges."""
+    from pyspark.sql import functions as F
+
+    ranges: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in keys:
+        ranges.setdefault((topic, partition), []).append(offset)
+    cond = None
+    for (topic, partition), offsets in ranges.items():
+        offsets.sort()
+        start = prev = offsets[0]
+        spans = []
+        for o in offsets[1:]:
+            if o != prev + 1:
+                spans.append((start, prev))
+                start = o
+            prev = o
+        spans.append((start, prev))
+        for lo, hi in spans:
+            c = ((F.col("topic") == topic) & (F.col("partition") == partition)
+                 & F.col("offset").between(lo, hi))
+            cond = c if cond is None else cond | c
+    return cond
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    for line in text:
+        if "Error" in line or "Exception" in line:
+            return line.strip()[:300]
+    return (text[0] if text else type(err).__name__)[:300]
+
+
+__all__ = ["ExitCode", "INPUT_COLUMNS", "QueueDisabled", "Runtime"]

@@ -1,0 +1,49 @@
+"""Creating Antidote's topics: retry, poison and dead-letter topics with the source's
+partition count (so a message keeps its partition), and the compacted ledger."""
+
+from __future__ import annotations
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def ledger_topic(source: str, consumer: str) -> str:
+    return f"{source}.ledger-{consumer}" if consumer else f"{source}.ledger"
+
+
+def partitions_of(admin: AdminClient, topic: str, timeout: float = 30) -> int:
+    md = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+    if md is None or md.error is not None:
+        raise LookupError(f"source topic {topic!r} does not exist or is not readable"
+                          + (f": {md.error}" if md is not None and md.error else ""))
+    return len(md.partitions)
+
+
+def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: str) -> int:
+    """Create what is missing; return the source's partition count."""
+    n = partitions_of(admin, source)
+    existing = set(admin.list_topics(timeout=30).topics)
+    wanted = [NewTopic(t, n, -1) for t in derived if t not in existing]
+    if ledger not in existing:
+        wanted.append(NewTopic(ledger, 1, -1, config={"cleanup.policy": "compact"}))
+    if wanted:
+        for topic, fut in admin.create_topics(wanted).items():
+            try:
+                fut.result(timeout=30)
+            except Exception as err:  # noqa: BLE001
+                if "TOPIC_ALREADY_EXISTS" not in str(err):  # a concurrent creator won the race
+                    raise RuntimeError(f"cannot create topic {topic}: {err}") from err
+    return n
+
+
+def depth(admin_consumer, topic: str) -> int:
+    """Records kept in `topic`: the sum over partitions of end - start offsets."""
+    from confluent_kafka import TopicPartition
+
+    md = admin_consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if md is None or md.error is not None:
+        return 0
+    total = 0
+    for p in md.partitions:
+        low, high = admin_consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        total += max(0, high - low)
+    return total

@@ -1,0 +1,173 @@
+"""The executor side: `mapInArrow` over a batch, one pass per message, outputs to the sink.
+
+Only what the driver must act on comes back: failed messages in full, and one summary row
+per task (successes and handler calls). Successful outputs never travel to the driver.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import headers as h
+from .attempts import Plan, Reason, Verdict, run_pass
+from .handler import load_handler
+from .message import Message
+
+# Input rows: the Kafka source's columns, timestamps as epoch ms.
+INPUT_COLUMNS = ["key", "value", "topic", "partition", "offset", "ts", "headers"]
+INPUT_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, ts long, "
+                "headers array<struct<key:string,value:binary>>")
+
+HEADERS = "array<struct<key:string,value:binary>>"
+# Rows the driver gets back: failed messages (and, for path sinks, outputs), plus one
+# "summary" row per task. o* columns are the original coordinates; topic/partition/offset
+# are where the record was read (the source or a retry topic).
+RESULT_COLUMNS = [
+    ("kind", "string"), ("key", "binary"), ("value", "binary"), ("headers", HEADERS),
+    ("otopic", "string"), ("opartition", "int"), ("ooffset", "long"), ("ots", "long"),
+    ("topic", "string"), ("partition", "int"), ("offset", "long"),
+    ("attempts", "int"), ("cycle", "int"), ("reason", "string"), ("error_class", "string"),
+    ("error_message", "string"), ("stack", "string"), ("first_failure", "long"),
+    ("last_failure", "long"), ("output", "binary"), ("n_ok", "long"), ("n_attempts", "long"),
+]
+RESULT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in RESULT_COLUMNS)
+RESULT_FIELDS = [name for name, _ in RESULT_COLUMNS]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a task needs, small and picklable (shipped with the function)."""
+
+    handler: str
+    source_topic: str
+    immediate: int
+    cycles: int
+    non_retryable: frozenset[str]
+    validation: dict | None  # the policy's validation, wire form
+    sink_kafka: dict | None  # {"bootstrap.servers": ..., "topic": ...}
+    emit_outputs: bool  # path sinks: outputs come back as rows for Spark to write
+
+
+_cache: dict[Any, Any] = {}
+
+
+def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
+    key = ("plan", repr(cfg))  # the config holds dicts: not hashable
+    if key not in _cache:
+        from antidote_api.policy import Validation
+        from antidote_api.semantics import message_checker
+
+        check = message_checker(Validation.model_validate(cfg.validation)) if cfg.validation else None
+        _cache[key] = (Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check),
+                       load_handler(cfg.handler))
+    return _cache[key]
+
+
+def _producer(conf: dict):
+    key = ("producer", tuple(sorted(conf.items())))
+    if key not in _cache:
+        from confluent_kafka import Producer
+
+        _cache[key] = Producer({**conf, "enable.idempotence": True, "linger.ms": 20,
+                                "compression.type": "lz4"})
+    return _cache[key]
+
+
+def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
+    import pyarrow as pa
+
+    plan, handler = _plan(cfg)
+    sink_topic = producer = None
+    errors: list[str] = []
+    if cfg.sink_kafka:
+        conf = dict(cfg.sink_kafka)
+        sink_topic = conf.pop("topic")
+        producer = _producer(conf)
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    n_ok = n_attempts = 0
+    for batch in batches:
+        cols = {name: batch.column(name).to_pylist() for name in INPUT_COLUMNS}
+        out: dict[str, list] = {name: [] for name in RESULT_FIELDS}
+        now = int(time.time() * 1000)
+        for i in range(batch.num_rows):
+            topic, partition, offset = cols["topic"][i], cols["partition"][i], cols["offset"][i]
+            raw_headers = [(x["key"], x["value"]) for x in (cols["headers"][i] or ())]
+            key, value, ts = cols["key"][i], cols["value"][i], cols["ts"][i]
+            if topic == cfg.source_topic:
+                cycle, before, first = 0, 0, None
+                origin = h.Origin(topic, partition, offset, ts)
+                user = raw_headers
+            else:
+                try:
+                    state = h.retry_state(raw_headers)
+                except ValueError as err:
+                    # Not written by Antidote: quarantine it as invalid, keep it whole.
+                    _emit(out, Verdict.FINAL.value, key, value, raw_headers,
+                          h.Origin(topic, partition, offset, ts), topic, partition, offset,
+                          0, 0, Reason.VALIDATION.value, "antidote.ValidationError", str(err),
+                          None, now, now, None)
+                    continue
+                cycle, before, first, origin = state.cycle, state.attempts, state.first_failure, state.origin
+                user = h.user_headers(raw_headers)
+            msg = Message(key, value, tuple(user), origin.topic, origin.partition, origin.offset,
+                          origin.timestamp, attempt=before + 1)
+            result = run_pass(msg, handler, plan, cycle)
+            n_attempts += result.attempts
+            if result.verdict is Verdict.OK:
+                n_ok += 1
+                if result.output is not None:
+                    if producer is not None:
+                        producer.produce(sink_topic, key=key, value=result.output,
+                                         headers=user or None, on_delivery=delivered)
+                        producer.poll(0)
+                    elif cfg.emit_outputs:
+                        _emit(out, "ok", key, value, user, origin, topic, partition, offset,
+                              before + result.attempts, cycle, None, None, None, None, None, None,
+                              result.output)
+                continue
+            _emit(out, result.verdict.value, key, value, user, origin, topic, partition, offset,
+                  before + result.attempts, cycle,
+                  result.reason.value if result.reason else None, result.error_class,
+                  result.error_message, result.stack, first if first is not None else now, now, None)
+        if out["kind"]:
+            yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
+    if producer is not None:
+        remaining = producer.flush(60)
+        if remaining or errors:
+            raise RuntimeError(f"sink topic {sink_topic}: {remaining} outputs unsent, "
+                               f"errors: {errors[:3]}")
+    summary = {name: [None] for name in RESULT_FIELDS}
+    summary.update(kind=["summary"], n_ok=[n_ok], n_attempts=[n_attempts])
+    yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())
+
+
+def _emit(out: dict[str, list], kind, key, value, headers, origin: h.Origin, topic, partition,
+          offset, attempts, cycle, reason, error_class, error_message, stack, first, last,
+          output) -> None:
+    row = dict(kind=kind, key=key, value=value,
+               headers=[{"key": k, "value": v} for k, v in headers],
+               otopic=origin.topic, opartition=origin.partition, ooffset=origin.offset,
+               ots=origin.timestamp, topic=topic, partition=partition, offset=offset,
+               attempts=attempts, cycle=cycle, reason=reason, error_class=error_class,
+               error_message=error_message, stack=stack, first_failure=first,
+               last_failure=last, output=output, n_ok=None, n_attempts=None)
+    for name in RESULT_FIELDS:
+        out[name].append(row[name])
+
+
+def _arrow_schema():
+    if "arrow-schema" not in _cache:
+        import pyarrow as pa
+
+        types = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(),
+                 "long": pa.int64(),
+                 HEADERS: pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))}
+        _cache["arrow-schema"] = pa.schema([(name, types[ddl]) for name, ddl in RESULT_COLUMNS])
+    return _cache["arrow-schema"]

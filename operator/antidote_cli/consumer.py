@@ -1,0 +1,63 @@
+"""`antidote consumer`: run one QueueConsumer's Spark driver (what the Deployment runs)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("consumer", help="run a consumer (the Spark driver)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--settings", type=Path, help="effective settings (the operator's ConfigMap)")
+    src.add_argument("--consumer", type=Path, help="a QueueConsumer manifest (with --policy)")
+    p.add_argument("--policy", type=Path, help="the PoisonPolicy manifest it refers to")
+    p.add_argument("--until-idle", action="store_true",
+                   help="exit 0 once the source and retry topics are drained and no retry is pending")
+    p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
+    p.add_argument("--master", default=None, help="Spark master (default local[2], or the settings')")
+    p.add_argument("--trigger-interval", type=float, default=1.0, help="seconds between batches")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from antidote_consumer.settings import SettingsError, from_manifests, load_settings
+
+    try:
+        if args.settings:
+            settings = load_settings(args.settings)
+        else:
+            if not args.policy:
+                print("antidote consumer: --consumer needs --policy", file=sys.stderr)
+                return 2
+            settings = from_manifests(args.consumer, args.policy)
+    except SettingsError as err:
+        print(f"antidote consumer: {err}", file=sys.stderr)
+        return 2
+    if settings.paused:
+        print(f"antidote consumer: {settings.consumer} is paused (spec.paused); nothing to do",
+              file=sys.stderr)
+        return 0
+
+    from antidote_consumer.metrics import Metrics
+    from antidote_consumer.runner import Consumer, install_signal_handlers, spark_session
+
+    metrics = Metrics(settings.namespace, settings.consumer)
+    if args.metrics_port is not None:
+        metrics.start(args.metrics_port)
+    spark = spark_session(settings, args.master)
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval)
+        install_signal_handlers(consumer)
+        code = consumer.run(until_idle=args.until_idle)
+    finally:
+        spark.stop()
+    logging.getLogger("antidote.consumer").info("exit %d (%s)", int(code), code.name)
+    return int(code)

@@ -1,0 +1,45 @@
+"""Building effective settings and running a consumer in-process for tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from antidote_api.consumer import QueueConsumerSpec
+from antidote_api.policy import PoisonPolicySpec
+from antidote_api.semantics import EffectiveSettings, resolve
+
+from .kafka_io import read_all
+
+
+def settings(bootstrap: str, topic: str, tmp_path: Path, *, handler: str = "upper",
+             policy: dict | None = None, sink: str | None = None, name: str = "c",
+             max_batch: int = 1000) -> EffectiveSettings:
+    qc = QueueConsumerSpec.model_validate({
+        "policyRef": {"name": "p"},
+        "source": {"kafka": {"bootstrapServers": bootstrap, "topic": topic,
+                             "maxMessagesPerBatch": max_batch}},
+        "handler": f"tests.integration.handlers:{handler}",
+        **({"sink": {"kafka": {"topic": sink}}} if sink else {}),
+        "checkpoint": {"location": str(tmp_path / f"ckpt-{name}")},
+    })
+    pp = PoisonPolicySpec.model_validate(policy or {})
+    return resolve(qc, pp, name=name, namespace="tests")
+
+
+def calls(calls_dir: Path, topic: str) -> Counter:
+    """Handler calls per "topic/partition/offset" of messages first read from `topic`."""
+    path = calls_dir / f"{topic}.calls"
+    return Counter(path.read_text().split()) if path.exists() else Counter()
+
+
+def quarantined(bootstrap: str, topic: str) -> dict[tuple[int, int], tuple]:
+    """(original partition, original offset) -> (record, headers as a dict) for a topic of
+    Antidote's; fails on a duplicate, since every offset has exactly one outcome."""
+    out: dict[tuple[int, int], tuple] = {}
+    for r in read_all(bootstrap, topic):
+        hdrs = {k: v.decode() for k, v in r.headers if k.startswith("antidote.")}
+        key = (int(hdrs["antidote.original.partition"]), int(hdrs["antidote.original.offset"]))
+        assert key not in out, f"{topic}: offset {key} quarantined twice"
+        out[key] = (r, hdrs)
+    return out

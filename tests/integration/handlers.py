@@ -1,0 +1,52 @@
+"""Handlers used by the consumer tests (imported by Spark's Python workers by name).
+
+Each call is recorded in $ANTIDOTE_TEST_CALLS_DIR/<original topic>.calls, one line per call
+("topic/partition/offset"), so tests can count attempts exactly across worker processes and
+restarts. (Set before Spark starts: workers see the environment of the JVM's start.)"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def _record(msg) -> None:
+    folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
+    if folder:
+        with open(os.path.join(folder, f"{msg.topic}.calls"), "a") as f:
+            f.write(f"{msg.topic}/{msg.partition}/{msg.offset}\n")
+
+
+def upper(msg):
+    """Succeeds unless the value contains b"poison"."""
+    _record(msg)
+    if msg.value is not None and b"poison" in msg.value:
+        raise ValueError(f"cannot process offset {msg.offset}")
+    return (msg.value or b"").upper()
+
+
+def strict_json(msg):
+    """Parses JSON; a KeyError for a missing field is listed as non-retryable in tests."""
+    _record(msg)
+    doc = json.loads(msg.value)
+    return {"id": doc["id"], "ok": True}
+
+
+def crash_on_crash(msg):
+    """Kills the Python worker on the value b"crash" (a native crash, not an exception)."""
+    _record(msg)
+    if msg.value == b"crash":
+        os._exit(1)
+    return msg.value
+
+
+def downstream_down(msg):
+    _record(msg)
+    raise ConnectionError("downstream service unavailable")
+
+
+def slow_upper(msg):
+    import time
+
+    time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
+    return upper(msg)
