@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 BATCH, COUNTS, POSITIONS = "batch", "counts", "positions"
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
 
 
@@ -63,7 +64,9 @@ class Ledger:
         self.state = LedgerState()
         self._producer = Producer({
             **self.conf, "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-            "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000})
+            "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
+            # Quarantine keeps records whole, however large the source let them be.
+            "message.max.bytes": MAX_RECORD_BYTES})
         # Fences any older instance with the same id (a zombie driver) and aborts its open
         # transaction, so what it wrote half-way is never read.
         self._producer.init_transactions(60)

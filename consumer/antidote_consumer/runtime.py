@@ -68,7 +68,8 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         handler=s.handler, source_topic=s.source.topic, immediate=s.retries.immediate,
         cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
         validation=s.validation.wire() if s.validation is not None else None,
-        sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None)
+        sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
+        fault_stops=s.disposition == "Fault")
 
 
 class Runtime:

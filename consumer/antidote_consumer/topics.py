@@ -18,11 +18,24 @@ def partitions_of(admin: AdminClient, topic: str, timeout: float = 30) -> int:
     return len(md.partitions)
 
 
+def _inherited_config(admin: AdminClient, source: str) -> dict[str, str]:
+    """Settings a quarantine topic must share with its source: a record that fit in the
+    source must fit in the poison topic too."""
+    from confluent_kafka.admin import ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, source)
+    entries = admin.describe_configs([res])[res].result(timeout=30)
+    entry = entries.get("max.message.bytes")
+    return {"max.message.bytes": entry.value} if entry is not None and entry.value else {}
+
+
 def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: str) -> int:
     """Create what is missing; return the source's partition count."""
     n = partitions_of(admin, source)
     existing = set(admin.list_topics(timeout=30).topics)
-    wanted = [NewTopic(t, n, -1) for t in derived if t not in existing]
+    missing = [t for t in derived if t not in existing]
+    config = _inherited_config(admin, source) if missing else {}
+    wanted = [NewTopic(t, n, -1, config=config) for t in missing]
     if ledger not in existing:
         wanted.append(NewTopic(ledger, 1, -1, config={"cleanup.policy": "compact"}))
     if wanted:

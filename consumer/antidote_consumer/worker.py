@@ -49,6 +49,7 @@ class WorkerConfig:
     validation: dict | None  # the policy's validation, wire form
     sink_kafka: dict | None  # {"bootstrap.servers": ..., "topic": ...}
     emit_outputs: bool  # path sinks: outputs come back as rows for Spark to write
+    fault_stops: bool = False  # disposition Fault: nothing after a poison message is processed
 
 
 _cache: dict[Any, Any] = {}
@@ -72,7 +73,7 @@ def _producer(conf: dict):
         from confluent_kafka import Producer
 
         _cache[key] = Producer({**conf, "enable.idempotence": True, "linger.ms": 20,
-                                "compression.type": "lz4"})
+                                "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024})
     return _cache[key]
 
 
@@ -92,6 +93,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             errors.append(str(err))
 
     n_ok = n_attempts = 0
+    faulted: set[tuple[str, int]] = set()  # (topic, partition) stopped at a poison message
     for batch in batches:
         cols = {name: batch.column(name).to_pylist() for name in INPUT_COLUMNS}
         out: dict[str, list] = {name: [] for name in RESULT_FIELDS}
@@ -100,6 +102,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             topic, partition, offset = cols["topic"][i], cols["partition"][i], cols["offset"][i]
             raw_headers = [(x["key"], x["value"]) for x in (cols["headers"][i] or ())]
             key, value, ts = cols["key"][i], cols["value"][i], cols["ts"][i]
+            if (topic, partition) in faulted:
+                continue  # left unconsumed: the consumer stops at the poison message before it
             if topic == cfg.source_topic:
                 cycle, before, first = 0, 0, None
                 origin = h.Origin(topic, partition, offset, ts)
@@ -132,6 +136,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                               before + result.attempts, cycle, None, None, None, None, None, None,
                               result.output)
                 continue
+            if cfg.fault_stops and result.verdict is Verdict.FINAL:
+                faulted.add((topic, partition))
             _emit(out, result.verdict.value, key, value, user, origin, topic, partition, offset,
                   before + result.attempts, cycle,
                   result.reason.value if result.reason else None, result.error_class,

@@ -84,14 +84,16 @@ def kafka_admin(kafka_bootstrap: str):
 
 @pytest.fixture
 def topic_factory(kafka_admin, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
-    """create(suffix="", partitions=1) -> a new topic, unique to this test; deleted after."""
+    """create(suffix="", partitions=1, config=None) -> a new topic, unique to this test;
+    deleted after."""
     from confluent_kafka.admin import NewTopic
 
     created: list[str] = []
 
-    def create(suffix: str = "", partitions: int = 1) -> str:
+    def create(suffix: str = "", partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = f"{_dns_label(request.node.name, 60)}-{uuid.uuid4().hex[:6]}{suffix}"
-        for fut in kafka_admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        new = NewTopic(name, partitions, 1, config=config or {})
+        for fut in kafka_admin.create_topics([new]).values():
             fut.result(timeout=30)
         created.append(name)
         return name

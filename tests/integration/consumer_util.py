@@ -29,8 +29,15 @@ def settings(bootstrap: str, topic: str, tmp_path: Path, *, handler: str = "uppe
 
 def calls(calls_dir: Path, topic: str) -> Counter:
     """Handler calls per "topic/partition/offset" of messages first read from `topic`."""
+    return Counter(where for where, _ in call_log(calls_dir, topic))
+
+
+def call_log(calls_dir: Path, topic: str) -> list[tuple[str, float]]:
+    """(topic/partition/offset, unix time) of every handler call, in call order."""
     path = calls_dir / f"{topic}.calls"
-    return Counter(path.read_text().split()) if path.exists() else Counter()
+    if not path.exists():
+        return []
+    return [(w, float(t)) for w, t in (line.split() for line in path.read_text().splitlines())]
 
 
 def quarantined(bootstrap: str, topic: str) -> dict[tuple[int, int], tuple]:

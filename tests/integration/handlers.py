@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 
 def _record(msg) -> None:
     folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
     if folder:
         with open(os.path.join(folder, f"{msg.topic}.calls"), "a") as f:
-            f.write(f"{msg.topic}/{msg.partition}/{msg.offset}\n")
+            f.write(f"{msg.topic}/{msg.partition}/{msg.offset} {time.time():.3f}\n")
 
 
 def upper(msg):
@@ -46,7 +47,5 @@ def downstream_down(msg):
 
 
 def slow_upper(msg):
-    import time
-
     time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
     return upper(msg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Producer
 
 from antidote_consumer.metrics import Metrics
 from antidote_consumer.runner import Consumer
@@ -68,3 +69,86 @@ def test_move_retries_through_cycles_then_quarantines_with_exact_attempts(
     assert metric(m, "antidote_messages_total", outcome="moved") == 10
     assert metric(m, "antidote_messages_total", outcome="retried") == 20
     assert metric(m, "antidote_attempts_total") == 90 + 10 * 9
+
+
+def test_retry_cycles_wait_for_their_due_time(spark, kafka_bootstrap, topic_factory, tmp_path,
+                                              calls_dir) -> None:
+    source = topic_factory()
+    produce(kafka_bootstrap, source, [(None, b"poison", None), (None, b"fine", None)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy={
+        "retries": {"immediate": 0, "cycles": 2, "cycleDelay": "2s", "backoff": 1.5}})
+    code, _ = run(spark, s)
+    assert code == ExitCode.OK
+    times = [t for where, t in cu.call_log(calls_dir, source) if where == f"{source}/0/0"]
+    assert len(times) == 3
+    # Never before the due time; within a trigger interval (+ a batch) after it.
+    assert 2.0 <= times[1] - times[0] < 2.0 + 3.0
+    assert 3.0 <= times[2] - times[1] < 3.0 + 3.0
+
+
+def test_reject_validation_and_non_retryable(spark, kafka_bootstrap, topic_factory, tmp_path,
+                                             calls_dir) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [
+        (b"a", b'{"id": 1}', None),          # fine
+        (b"b", b'{"id": ', None),            # invalid JSON: validation, never handled
+        (b"c", b'{"name": "x"}', None),      # KeyError: non-retryable
+        (b"d", b"\xff\xfe", None),           # not UTF-8: validation
+        (None, b'{"id": 2}', None),          # null key is fine
+    ])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="strict_json", sink=sink, policy={
+        "retries": {"immediate": 3, "cycles": 1, "cycleDelay": "1s", "nonRetryable": ["KeyError"]},
+        "validation": {"format": "json"}, "disposition": "Reject"})
+    code, m = run(spark, s)
+    assert code == ExitCode.OK
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [
+        b'{"id":1,"ok":true}', b'{"id":2,"ok":true}']
+    dlq = cu.quarantined(kafka_bootstrap, s.topics.dlq)
+    assert read_all(kafka_bootstrap, s.topics.poison) == []
+    assert set(dlq) == {(0, 1), (0, 2), (0, 3)}
+    assert dlq[(0, 1)][1]["antidote.reason"] == "validation"
+    assert dlq[(0, 1)][1]["antidote.attempts"] == "0"
+    assert dlq[(0, 1)][1]["antidote.error.message"].startswith("value is not JSON")
+    assert dlq[(0, 3)][1]["antidote.error.message"].startswith("value is not UTF-8")
+    assert dlq[(0, 2)][1]["antidote.reason"] == "non-retryable"
+    assert dlq[(0, 2)][1]["antidote.error.class"] == "KeyError"
+    assert dlq[(0, 2)][1]["antidote.attempts"] == "1"
+    assert dlq[(0, 3)][0].value == b"\xff\xfe"
+    per = cu.calls(calls_dir, source)
+    assert per[f"{source}/0/1"] == 0 and per[f"{source}/0/3"] == 0 and per[f"{source}/0/2"] == 1
+    assert metric(m, "antidote_messages_total", outcome="rejected") == 3
+
+
+def test_drop_counts_and_writes_nothing(spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    source = topic_factory()
+    produce(kafka_bootstrap, source, [(None, b"poison-%d" % i if i < 4 else b"ok", None)
+                                      for i in range(10)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy={
+        "retries": {"immediate": 1, "cycles": 0}, "disposition": "Drop"})
+    code, m = run(spark, s)
+    assert code == ExitCode.OK
+    assert metric(m, "antidote_messages_total", outcome="dropped") == 4
+    assert metric(m, "antidote_messages_total", outcome="processed") == 6
+    assert read_all(kafka_bootstrap, s.topics.poison) == []
+    assert read_all(kafka_bootstrap, s.topics.dlq) == []
+
+
+def test_bad_input_never_crashes_the_consumer(spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    # A source that accepts 6 MB records; Antidote's derived topics must inherit that.
+    source = topic_factory("-big", config={"max.message.bytes": str(6 * 1024 * 1024)})
+    big = b"poison" + b"x" * (5 * 1024 * 1024)
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 8 * 1024 * 1024})
+    for key, value in [(None, b""), (None, None), (b"\x00\xff", b"\xc3\x28"), (b"k", big),
+                       (None, b"fine")]:
+        p.produce(source, key=key, value=value)
+    assert p.flush(60) == 0
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy={
+        "retries": {"immediate": 0, "cycles": 0}, "validation": {"format": "utf8", "maxBytes": 1048576}})
+    code, m = run(spark, s)
+    assert code == ExitCode.OK
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert set(poison) == {(0, 1), (0, 2), (0, 3)}  # null value, not UTF-8, too big
+    assert poison[(0, 3)][0].value == big and poison[(0, 3)][0].key == b"k"
+    assert "above maxBytes" in poison[(0, 3)][1]["antidote.error.message"]
+    assert poison[(0, 2)][0].key == b"\x00\xff"
+    assert metric(m, "antidote_messages_total", outcome="processed") == 2
