@@ -1,0 +1,105 @@
+"""Failures bigger than one message: Fault, systemic failure, batches that crash the worker."""
+
+from __future__ import annotations
+
+from antidote_consumer.metrics import Metrics
+from antidote_consumer.runner import Consumer
+from antidote_consumer.runtime import ExitCode
+
+from . import consumer_util as cu
+from .kafka_io import produce, read_all
+
+
+def run(spark, s, **kw) -> tuple[ExitCode, Metrics]:
+    metrics = Metrics(s.namespace, s.consumer)
+    consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
+    consumer.runtime.retry_sleep = 0.1
+    return consumer.run(until_idle=True), metrics
+
+
+def metric(m: Metrics, name: str, **labels) -> float:
+    return m.registry.get_sample_value(name, {**m.ids, **labels}) or 0.0
+
+
+def test_fault_stops_at_the_poison_message_and_leaves_it_unconsumed(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(None, b"m%d" % i if i != 5 else b"poison", None)
+                                      for i in range(10)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, policy={
+        "retries": {"immediate": 1, "cycles": 0}, "disposition": "Fault"})
+
+    code, m = run(spark, s)
+
+    assert code == ExitCode.FAULT
+    assert metric(m, "antidote_queue_disabled", reason="Fault") == 1
+    # Nothing at or after the poison message was processed; nothing was quarantined.
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [b"M%d" % i for i in range(5)]
+    assert read_all(kafka_bootstrap, s.topics.poison) == []
+    # It stays unconsumed: a restart stops at the same message again.
+    code, m = run(spark, s)
+    assert code == ExitCode.FAULT
+    assert metric(m, "antidote_messages_total", outcome="processed") == 0
+
+
+def test_systemic_failure_quarantines_nothing_and_leaves_the_batch_unconsumed(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(None, b"m%d" % i, None) for i in range(150)])
+    policy = {"retries": {"immediate": 1, "cycles": 1, "cycleDelay": "1s"},
+              "queueDisable": {"failureRatio": {"threshold": 0.5, "window": "5m", "minMessages": 100}}}
+    down = cu.settings(kafka_bootstrap, source, tmp_path, handler="downstream_down", sink=sink,
+                       policy=policy)
+
+    code, m = run(spark, down)
+
+    assert code == ExitCode.SYSTEMIC_FAILURE
+    assert metric(m, "antidote_queue_disabled", reason="SystemicFailure") == 1
+    for topic in (down.topics.poison, down.topics.dlq, *down.topics.retry, sink):
+        assert read_all(kafka_bootstrap, topic) == [], topic
+    # Once the downstream service is back, every message is still there to process.
+    up = cu.settings(kafka_bootstrap, source, tmp_path, handler="upper", sink=sink, policy=policy)
+    code, m = run(spark, up)
+    assert code == ExitCode.OK
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == sorted(
+        b"M%d" % i for i in range(150))
+
+
+def test_a_message_that_crashes_the_worker_is_isolated_by_bisection(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    n = 400
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"crash" if i == 137 else b"m%d" % i, None)
+                                      for i in range(n)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="crash_on_crash", sink=sink,
+                    max_batch=n, policy={"queueDisable": {"consecutiveBatchFailures": 2}})
+
+    code, m = run(spark, s)
+
+    assert code == ExitCode.OK
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert set(poison) == {(0, 137)}
+    rec, hdrs = poison[(0, 137)]
+    assert rec.value == b"crash" and rec.key == b"k137"
+    assert hdrs["antidote.reason"] == "batch-isolation"
+    assert hdrs["antidote.error.class"] == "antidote.BatchFailure"
+    # Every other message reached the sink (at least once: failed segments may have
+    # written some outputs before the worker died).
+    assert {r.value for r in read_all(kafka_bootstrap, sink)} == {b"m%d" % i for i in range(n) if i != 137}
+    assert metric(m, "antidote_batch_failures_total") == 2
+    assert 0 < metric(m, "antidote_isolation_executions_total") <= 2 * 9 + 1
+    assert metric(m, "antidote_consecutive_batch_failures") == 0
+
+
+def test_a_batch_that_always_fails_disables_the_queue(spark, kafka_bootstrap, topic_factory,
+                                                      tmp_path) -> None:
+    source = topic_factory()
+    produce(kafka_bootstrap, source, [(None, b"crash", None)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="crash_on_crash",
+                    policy={"queueDisable": {"consecutiveBatchFailures": 2}})
+    code, m = run(spark, s)
+    assert code == ExitCode.CONSECUTIVE_BATCH_FAILURES
+    assert metric(m, "antidote_queue_disabled", reason="ConsecutiveBatchFailures") == 1
+    # A lone message that fails on its own is not blamed: nothing else proves the
+    # environment works, so nothing is quarantined.
+    assert read_all(kafka_bootstrap, s.topics.poison) == []
