@@ -36,13 +36,16 @@ def produce(bootstrap: str, topic: str,
     return n
 
 
-def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Record]:
-    """Every record now in `topic`, in partition/offset order (no consumer group commits)."""
+def read_all(bootstrap: str, topic: str, timeout: float = 30.0, missing_ok: bool = False) -> list[Record]:
+    """Every record now in `topic`, in partition/offset order (no consumer group commits);
+    [] for a topic that does not exist yet when `missing_ok`."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "antidote-tests-reader",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "auto.offset.reset": "earliest"})
     try:
         md = consumer.list_topics(topic, timeout=timeout).topics[topic]
+        if missing_ok and md.error is not None and md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return []
         assert md.error is None, f"topic {topic}: {md.error}"
         parts = sorted(md.partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
