@@ -1,0 +1,113 @@
+"""One message's pass under the policy: validation, immediate retries, verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from antidote_consumer import headers as h
+from antidote_consumer.attempts import Plan, Reason, Verdict, class_name, is_non_retryable, run_pass
+from antidote_consumer.handler import HandlerLoadError, encode_output, load_handler
+from antidote_consumer.message import Message
+
+MSG = Message(b"k", b'{"id": 1}', (("trace", b"t"),), "orders", 2, 41, 1_700_000_000_000)
+
+
+class Flaky:
+    """Fails `n` times, then succeeds."""
+
+    def __init__(self, n: int, err: Exception = ValueError("boom")):
+        self.n, self.err, self.calls = n, err, 0
+
+    def __call__(self, msg: Message):
+        self.calls += 1
+        if self.calls <= self.n:
+            raise self.err
+        return msg.value
+
+
+def test_success_on_first_attempt() -> None:
+    out = run_pass(MSG, lambda m: {"id": 1}, Plan(immediate=5, cycles=2), cycle=0)
+    assert out.verdict is Verdict.OK and out.attempts == 1 and out.output == b'{"id":1}'
+
+
+def test_immediate_retries_then_success() -> None:
+    f = Flaky(3)
+    out = run_pass(MSG, f, Plan(immediate=5, cycles=2), cycle=0)
+    assert out.verdict is Verdict.OK and out.attempts == 4 and f.calls == 4
+
+
+@pytest.mark.parametrize("cycle, verdict, reason", [(0, Verdict.RETRY, None), (1, Verdict.RETRY, None),
+                                                    (2, Verdict.FINAL, Reason.MAX_ATTEMPTS)])
+def test_exhausted_attempts_retry_until_the_last_cycle(cycle, verdict, reason) -> None:
+    f = Flaky(100)
+    out = run_pass(MSG, f, Plan(immediate=2, cycles=2), cycle=cycle)
+    assert (out.verdict, out.reason, out.attempts, f.calls) == (verdict, reason, 3, 3)
+    assert out.error_class == "ValueError" and out.error_message == "boom"
+    assert "Traceback" in out.stack and "ValueError: boom" in out.stack
+
+
+def test_non_retryable_by_simple_qualified_or_base_class_name() -> None:
+    class Custom(KeyError):
+        pass
+
+    for names in ({"KeyError"}, {"LookupError"}, {class_name(Custom)}):
+        f = Flaky(100, Custom("missing"))
+        out = run_pass(MSG, f, Plan(immediate=5, cycles=2, non_retryable=frozenset(names)), cycle=0)
+        assert (out.verdict, out.reason, f.calls) == (Verdict.FINAL, Reason.NON_RETRYABLE, 1), names
+    assert not is_non_retryable(ValueError(), frozenset({"KeyError"}))
+
+
+def test_validation_fails_fast_without_calling_the_handler() -> None:
+    f = Flaky(0)
+    out = run_pass(MSG, f, Plan(immediate=5, cycles=2, check=lambda v: "value is not JSON"), cycle=0)
+    assert (out.verdict, out.reason, out.attempts, f.calls) == (Verdict.FINAL, Reason.VALIDATION, 0, 0)
+    assert out.error_message == "value is not JSON"
+
+
+def test_a_bad_return_type_is_a_failure_of_the_message() -> None:
+    out = run_pass(MSG, lambda m: 42, Plan(immediate=1, cycles=0), cycle=0)
+    assert out.verdict is Verdict.FINAL and out.error_class == "TypeError"
+    assert "handler returned int" in out.error_message
+
+
+@pytest.mark.parametrize("value, expected", [(None, None), (b"x", b"x"), (bytearray(b"y"), b"y"),
+                                             ("é", "é".encode()), ([1, {"a": None}], b'[1,{"a":null}]')])
+def test_encode_output(value, expected) -> None:
+    assert encode_output(value) == expected
+
+
+def test_load_handler_errors_name_the_handler() -> None:
+    assert load_handler("json:dumps") is json.dumps
+    with pytest.raises(HandlerLoadError, match="'nope.mod:f': cannot import nope.mod"):
+        load_handler("nope.mod:f")
+    with pytest.raises(HandlerLoadError, match="'json:nothing': json has no callable 'nothing'"):
+        load_handler("json:nothing")
+    with pytest.raises(HandlerLoadError, match="expected 'package.module:function'"):
+        load_handler("json.dumps")
+
+
+def test_message_header_returns_the_last_value() -> None:
+    m = Message(None, None, (("a", b"1"), ("a", b"2")), "t", 0, 0, 0)
+    assert m.header("a") == b"2" and m.header("b") is None
+
+
+def test_failure_headers_round_trip_and_truncate() -> None:
+    origin = h.Origin("orders", 2, 41, 1_700_000_000_000)
+    hdrs = h.failure_headers(origin=origin, attempts=6, cycle=1, first_failure=10, last_failure=20,
+                             reason=None, error_class="ValueError", error_message="x" * 5000,
+                             stack="s" * 10000, consumer="c", policy="p", due=30)
+    state = h.retry_state(hdrs + [("trace", b"t")])
+    assert state == h.RetryState(origin, attempts=6, cycle=1, first_failure=10, due=30)
+    values = dict(hdrs)
+    assert len(values[h.ERROR_MESSAGE]) <= h.MAX_MESSAGE
+    assert len(values[h.ERROR_STACK]) <= h.MAX_STACK
+    assert values[h.ERROR_MESSAGE].endswith(b"[truncated]")
+    assert h.user_headers(hdrs + [("trace", b"t")]) == [("trace", b"t")]
+    assert h.due_of(hdrs) == 30 and h.due_of([]) == 0
+
+
+def test_a_record_without_antidote_headers_is_not_a_retry_record() -> None:
+    with pytest.raises(ValueError, match="not an Antidote retry record"):
+        h.retry_state([("trace", b"t")])

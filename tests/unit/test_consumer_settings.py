@@ -1,0 +1,48 @@
+"""Loading settings: clear errors naming the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from antidote_consumer.settings import SettingsError, from_manifests, load_settings
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_examples_resolve_into_settings_that_load_back(tmp_path: Path) -> None:
+    s = from_manifests(EXAMPLES / "queueconsumer-minimal.yaml", EXAMPLES / "poisonpolicy-minimal.yaml")
+    assert s.consumer == "audit" and s.retries.max_attempts == 18
+    assert s.topics.retry == ["audit-events.retry-1", "audit-events.retry-2"]
+    path = tmp_path / "settings.json"
+    path.write_text(s.model_dump_json(by_alias=True))
+    assert load_settings(path) == s
+
+
+def test_a_bad_manifest_names_the_file_and_field(tmp_path: Path) -> None:
+    qc = yaml.safe_load((EXAMPLES / "queueconsumer-minimal.yaml").read_text())
+    qc["spec"]["handler"] = "not a handler"
+    bad = tmp_path / "qc.yaml"
+    bad.write_text(yaml.safe_dump(qc))
+    with pytest.raises(SettingsError) as err:
+        from_manifests(bad, EXAMPLES / "poisonpolicy-minimal.yaml")
+    assert str(bad) in str(err.value) and "spec.handler" in str(err.value)
+
+
+def test_the_policy_must_be_the_one_referenced(tmp_path: Path) -> None:
+    pp = yaml.safe_load((EXAMPLES / "poisonpolicy-minimal.yaml").read_text())
+    pp["metadata"]["name"] = "other"
+    path = tmp_path / "pp.yaml"
+    path.write_text(yaml.safe_dump(pp))
+    with pytest.raises(SettingsError, match="refers to PoisonPolicy 'default'"):
+        from_manifests(EXAMPLES / "queueconsumer-minimal.yaml", path)
+
+
+def test_missing_and_non_mapping_files(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="No such file"):
+        load_settings(tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(SettingsError, match="expected a mapping"):
+        load_settings(tmp_path / "list.yaml")
