@@ -1,0 +1,20 @@
+"""The trivial handler both pipelines of the throughput benchmark call."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def enrich(msg):
+    doc = json.loads(msg.value)
+    if doc.get("poison"):
+        raise ValueError(f"order {doc['id']} cannot be priced")
+    doc["total"] = doc["qty"] * doc["price"]
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def crash(msg):
+    if msg.value == b"crash":
+        os._exit(1)  # a native crash of the Python worker, not an exception
+    return msg.value
