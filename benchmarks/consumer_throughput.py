@@ -103,6 +103,9 @@ def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir
     try:
         q.awaitTermination()
         assert q.exception() is None, q.exception()
+        if os.environ.get("BENCH_VERBOSE"):
+            for p in q.recentProgress:
+                log(f"plain batch {p['batchId']}: {p['numInputRows']} rows, {p['durationMs']}")
     finally:
         q.stop()
     return time.perf_counter() - started

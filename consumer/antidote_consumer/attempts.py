@@ -37,7 +37,7 @@ class Plan:
     check: Callable[[bytes | None], str | None] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Outcome:
     verdict: Verdict
     attempts: int  # handler calls in this pass
@@ -62,8 +62,9 @@ def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:
 
 def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int) -> Outcome:
     """Run one pass of `message` (in retry cycle `cycle`, 0 for the first delivery)."""
-    if plan.check is not None:
-        problem = plan.check(message.value)
+    check = plan.check
+    if check is not None:
+        problem = check(message.value)
         if problem is not None:
             return Outcome(Verdict.FINAL, 0, reason=Reason.VALIDATION,
                            error_class="antidote.ValidationError", error_message=problem)

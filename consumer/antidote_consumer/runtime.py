@@ -158,7 +158,12 @@ class Runtime:
             started = time.monotonic()
             try:
                 result, isolated = self._execute_with_rollbacks(df)
+                executed = time.monotonic()
                 self._settle(result, isolated, batch_id, positions)
+                log.info("%s: %d messages, %d failed, in %.2fs (commit %.2fs)",
+                         f"batch {batch_id}" if batch_id is not None else "retry batch",
+                         result.n_ok + len(result.failures), len(result.failures),
+                         time.monotonic() - started, time.monotonic() - executed)
             except QueueDisabled as err:
                 self._disable(err)
                 raise

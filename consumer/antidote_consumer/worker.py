@@ -67,14 +67,36 @@ def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     return _cache[key]
 
 
+_sink_errors: list[str] = []
+
+
+def _delivery_failed(err, _msg) -> None:
+    _sink_errors.append(str(err))
+
+
 def _producer(conf: dict):
     key = ("producer", tuple(sorted(conf.items())))
     if key not in _cache:
         from confluent_kafka import Producer
 
+        # Delivery reports for failures only, through one producer-level callback: a Python
+        # callback per delivered message would cost more than the handler itself.
         _cache[key] = Producer({**conf, "enable.idempotence": True, "linger.ms": 20,
-                                "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024})
+                                "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024,
+                                "queue.buffering.max.messages": 1_000_000,
+                                "delivery.report.only.error": True,
+                                "on_delivery": _delivery_failed})
     return _cache[key]
+
+
+def _produce(producer, topic: str, key, value, headers) -> None:
+    while True:
+        producer.poll(0.01)
+        try:
+            producer.produce(topic, value, key, headers=headers)
+            return
+        except BufferError:
+            continue
 
 
 def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
@@ -82,63 +104,68 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
 
     plan, handler = _plan(cfg)
     sink_topic = producer = None
-    errors: list[str] = []
     if cfg.sink_kafka:
         conf = dict(cfg.sink_kafka)
         sink_topic = conf.pop("topic")
         producer = _producer(conf)
-
-    def delivered(err, _msg) -> None:
-        if err is not None:
-            errors.append(str(err))
+        _sink_errors.clear()
 
     n_ok = n_attempts = 0
     faulted: set[tuple[str, int]] = set()  # (topic, partition) stopped at a poison message
+    source = cfg.source_topic
+    fault_stops = cfg.fault_stops
+    ok = Verdict.OK
+    # The hot loop: a success costs one Message, one pass and one produce; everything a
+    # failure needs (origin, headers parsing, error details) is built only on failure.
     for batch in batches:
-        cols = {name: batch.column(name).to_pylist() for name in INPUT_COLUMNS}
+        keys, values, topics, parts, offsets, stamps, headers = (
+            batch.column(name).to_pylist() for name in INPUT_COLUMNS)
         out: dict[str, list] = {name: [] for name in RESULT_FIELDS}
         now = int(time.time() * 1000)
-        for i in range(batch.num_rows):
-            topic, partition, offset = cols["topic"][i], cols["partition"][i], cols["offset"][i]
-            raw_headers = [(x["key"], x["value"]) for x in (cols["headers"][i] or ())]
-            key, value, ts = cols["key"][i], cols["value"][i], cols["ts"][i]
-            if (topic, partition) in faulted:
+        for key, value, topic, partition, offset, ts, raw in zip(
+                keys, values, topics, parts, offsets, stamps, headers):
+            if faulted and (topic, partition) in faulted:
                 continue  # left unconsumed: the consumer stops at the poison message before it
-            if topic == cfg.source_topic:
+            user = [(x["key"], x["value"]) for x in raw] if raw else []
+            if topic == source:
                 cycle, before, first = 0, 0, None
-                origin = h.Origin(topic, partition, offset, ts)
-                user = raw_headers
+                msg = Message(key, value, tuple(user), topic, partition, offset, ts)
             else:
                 try:
-                    state = h.retry_state(raw_headers)
+                    state = h.retry_state(user)
                 except ValueError as err:
                     # Not written by Antidote: quarantine it as invalid, keep it whole.
-                    _emit(out, Verdict.FINAL.value, key, value, raw_headers,
+                    _emit(out, Verdict.FINAL.value, key, value, user,
                           h.Origin(topic, partition, offset, ts), topic, partition, offset,
                           0, 0, Reason.VALIDATION.value, "antidote.ValidationError", str(err),
                           None, now, now, None)
                     continue
-                cycle, before, first, origin = state.cycle, state.attempts, state.first_failure, state.origin
-                user = h.user_headers(raw_headers)
-            msg = Message(key, value, tuple(user), origin.topic, origin.partition, origin.offset,
-                          origin.timestamp, attempt=before + 1)
+                cycle, before, first, o = state.cycle, state.attempts, state.first_failure, state.origin
+                user = h.user_headers(user)
+                msg = Message(key, value, tuple(user), o.topic, o.partition, o.offset, o.timestamp,
+                              attempt=before + 1)
             result = run_pass(msg, handler, plan, cycle)
             n_attempts += result.attempts
-            if result.verdict is Verdict.OK:
+            if result.verdict is ok:
                 n_ok += 1
-                if result.output is not None:
-                    if producer is not None:
-                        producer.produce(sink_topic, key=key, value=result.output,
-                                         headers=user or None, on_delivery=delivered)
+                output = result.output
+                if output is None:
+                    continue
+                if producer is not None:
+                    try:
+                        producer.produce(sink_topic, output, key, headers=user or None)
+                    except BufferError:  # the local queue is full: let the network catch up
+                        _produce(producer, sink_topic, key, output, user or None)
+                    if n_ok % 1000 == 0:
                         producer.poll(0)
-                    elif cfg.emit_outputs:
-                        _emit(out, "ok", key, value, user, origin, topic, partition, offset,
-                              before + result.attempts, cycle, None, None, None, None, None, None,
-                              result.output)
+                elif cfg.emit_outputs:
+                    _emit(out, "ok", key, value, user, _origin(msg), topic, partition, offset,
+                          before + result.attempts, cycle, None, None, None, None, None, None,
+                          output)
                 continue
-            if cfg.fault_stops and result.verdict is Verdict.FINAL:
+            if fault_stops and result.verdict is Verdict.FINAL:
                 faulted.add((topic, partition))
-            _emit(out, result.verdict.value, key, value, user, origin, topic, partition, offset,
+            _emit(out, result.verdict.value, key, value, user, _origin(msg), topic, partition, offset,
                   before + result.attempts, cycle,
                   result.reason.value if result.reason else None, result.error_class,
                   result.error_message, result.stack, first if first is not None else now, now, None)
@@ -146,12 +173,16 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
     if producer is not None:
         remaining = producer.flush(60)
-        if remaining or errors:
+        if remaining or _sink_errors:
             raise RuntimeError(f"sink topic {sink_topic}: {remaining} outputs unsent, "
-                               f"errors: {errors[:3]}")
+                               f"errors: {_sink_errors[:3]}")
     summary = {name: [None] for name in RESULT_FIELDS}
     summary.update(kind=["summary"], n_ok=[n_ok], n_attempts=[n_attempts])
     yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())
+
+
+def _origin(msg: Message) -> h.Origin:
+    return h.Origin(msg.topic, msg.partition, msg.offset, msg.timestamp)
 
 
 def _emit(out: dict[str, list], kind, key, value, headers, origin: h.Origin, topic, partition,

@@ -81,9 +81,10 @@ def test_retry_cycles_wait_for_their_due_time(spark, kafka_bootstrap, topic_fact
     assert code == ExitCode.OK
     times = [t for where, t in cu.call_log(calls_dir, source) if where == f"{source}/0/0"]
     assert len(times) == 3
-    # Never before the due time; within a trigger interval (+ a batch) after it.
-    assert 2.0 <= times[1] - times[0] < 2.0 + 3.0
-    assert 3.0 <= times[2] - times[1] < 3.0 + 3.0
+    # Never before the due time; soon after it: a trigger interval (0.2s) plus the latency of
+    # one small Spark job, which on a loaded 2-core machine can take a few seconds.
+    assert 2.0 <= times[1] - times[0] < 2.0 + 6.0
+    assert 3.0 <= times[2] - times[1] < 3.0 + 6.0
 
 
 def test_reject_validation_and_non_retryable(spark, kafka_bootstrap, topic_factory, tmp_path,
