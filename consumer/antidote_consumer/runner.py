@@ -46,6 +46,7 @@ def spark_session(settings: EffectiveSettings, master: str | None = None) -> Spa
     if jars:
         builder = builder.config("spark.jars", jars)
     builder = (builder.config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", settings.spark.driver.memory)
                .config("spark.executor.memory", settings.spark.executor.memory))

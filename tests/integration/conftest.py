@@ -129,6 +129,7 @@ def spark(stack: devstack.Stack, calls_dir: Path):
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.jars", ",".join(stack.spark_jars))
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "1g")
                .getOrCreate())
