@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from .kafka_retry import retrying
+
 BATCH, COUNTS, POSITIONS = "batch", "counts", "positions"
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
@@ -77,7 +79,8 @@ class Ledger:
                              "isolation.level": "read_committed", "enable.partition.eof": True})
         try:
             tp = TopicPartition(self.topic, 0, 0)
-            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+            low, high = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=10),
+                                 f"ledger {self.topic}: reading its offsets")
             state = LedgerState()
             if high > low:
                 consumer.assign([TopicPartition(self.topic, 0, low)])

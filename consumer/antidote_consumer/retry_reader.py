@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .headers import due_of
+from .kafka_retry import retrying
 
 
 @dataclass
@@ -44,7 +45,9 @@ class RetryReader:
         for t in self.topics:
             for p in self.partitions[t]:
                 start = positions.get(position_key(t, p), 0)
-                _low, high = self.consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+                _low, high = retrying(
+                    lambda t=t, p=p: self.consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10),
+                    f"retry topic {t}: reading its offsets")
                 if start < high:  # else nothing was written there since we last read
                     tps.append(TopicPartition(t, p, start))
         if not tps:

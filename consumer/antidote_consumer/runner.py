@@ -70,7 +70,7 @@ class Consumer:
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions)
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry)) if t.retry else None
         self.query = None
-        self._depth_admin = admin
+        self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
 
     # --- the source query ---------------------------------------------------------------
     def _source_batch(self, df, batch_id: int) -> None:
@@ -106,7 +106,7 @@ class Consumer:
         return len(due.rows), due.next_due
 
     def _pump_loop(self) -> None:
-        while not self.runtime.stopping.is_set():
+        while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):
             try:
                 n, next_due = self.pump_once()
                 self.update_depths()
@@ -119,7 +119,7 @@ class Consumer:
             if not n:
                 wait = self.interval if next_due is None else max(0.05, min(
                     self.interval, next_due / 1000 - time.time()))
-                self.runtime.stopping.wait(wait)
+                self.pump_stop.wait(wait)
 
     def update_depths(self) -> None:
         t = self.s.topics
@@ -157,27 +157,22 @@ class Consumer:
     def run(self, until_idle: bool = False) -> ExitCode:
         self.runtime.recover()
         self.update_depths()
+        # Retries fall due while the source is still being read: the pump runs beside the
+        # source query in both modes.
+        pump = threading.Thread(target=self._pump_loop, name="retry-pump", daemon=True)
         try:
             self.query = self._start_query(until_idle)
+            pump.start()
+            # availableNow ends by itself once the source is drained; a continuous query
+            # runs until SIGTERM or until a batch disables the queue.
+            while self.query.isActive and not self.runtime.disabled:
+                self.query.awaitTermination(1)
+            self.pump_stop.set()
+            pump.join(timeout=120)
+            self._stop_query()
+            self._raise_disabled()
             if until_idle:
-                self.query.awaitTermination()
-                self._raise_disabled()
-                while not self.runtime.stopping.is_set():
-                    n, next_due = self.pump_once()
-                    if n == 0 and next_due is None:
-                        break
-                    if n == 0:
-                        time.sleep(max(0.05, next_due / 1000 - time.time()))
-                self.update_depths()
-            else:
-                pump = threading.Thread(target=self._pump_loop, name="retry-pump", daemon=True)
-                pump.start()
-                while self.query.isActive and not self.runtime.disabled:
-                    self.query.awaitTermination(1)
-                self.runtime.stopping.set()
-                pump.join(timeout=60)
-                self._stop_query()
-                self._raise_disabled()
+                self._drain_retries()
         except QueueDisabled as err:
             return err.exit_code
         except Exception:
@@ -187,10 +182,23 @@ class Consumer:
                 return ExitCode.OK
             raise
         finally:
+            self.pump_stop.set()
+            if pump.is_alive():
+                pump.join(timeout=120)
             self._stop_query()
             if self.retry:
                 self.retry.close()
         return self.runtime.disabled.exit_code if self.runtime.disabled else ExitCode.OK
+
+    def _drain_retries(self) -> None:
+        """Until no retry record is left, waiting for each one's due time."""
+        while not self.runtime.stopping.is_set():
+            n, next_due = self.pump_once()
+            if n == 0 and next_due is None:
+                break
+            if n == 0:
+                time.sleep(max(0.05, next_due / 1000 - time.time()))
+        self.update_depths()
 
     def _raise_disabled(self) -> None:
         if self.runtime.disabled:

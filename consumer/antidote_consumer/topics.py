@@ -3,7 +3,11 @@ partition count (so a message keeps its partition), and the compacted ledger."""
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from .kafka_retry import retrying
 
 
 def ledger_topic(source: str, consumer: str) -> str:
@@ -45,7 +49,24 @@ def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: s
             except Exception as err:  # noqa: BLE001
                 if "TOPIC_ALREADY_EXISTS" not in str(err):  # a concurrent creator won the race
                     raise RuntimeError(f"cannot create topic {topic}: {err}") from err
+        wait_ready(admin, [t.topic for t in wanted])
     return n
+
+
+def wait_ready(admin: AdminClient, topics: list[str], timeout: float = 60) -> None:
+    """A created topic is usable once every partition has a leader; until then reads fail
+    with NOT_LEADER_FOR_PARTITION."""
+    deadline = time.monotonic() + timeout
+    pending = set(topics)
+    while pending:
+        md = admin.list_topics(timeout=10).topics
+        pending = {t for t in pending if t not in md or md[t].error is not None
+                   or not md[t].partitions or any(p.leader < 0 for p in md[t].partitions.values())}
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics {sorted(pending)} have no partition leader after {timeout:.0f}s")
+        time.sleep(0.1)
 
 
 def depth(admin_consumer, topic: str) -> int:
@@ -57,6 +78,8 @@ def depth(admin_consumer, topic: str) -> int:
         return 0
     total = 0
     for p in md.partitions:
-        low, high = admin_consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        low, high = retrying(
+            lambda p=p: admin_consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
+            f"topic {topic}: reading its offsets")
         total += max(0, high - low)
     return total

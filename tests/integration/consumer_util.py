@@ -12,6 +12,21 @@ from antidote_api.semantics import EffectiveSettings, resolve
 from .kafka_io import read_all
 
 
+def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1):
+    """Run a consumer in this process until idle; (exit code, its Metrics)."""
+    from antidote_consumer.metrics import Metrics
+    from antidote_consumer.runner import Consumer
+
+    metrics = Metrics(s.namespace, s.consumer)
+    consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
+    consumer.runtime.retry_sleep = retry_sleep
+    return consumer.run(until_idle=True), metrics
+
+
+def metric(m, name: str, **labels) -> float:
+    return m.registry.get_sample_value(name, {**m.ids, **labels}) or 0.0
+
+
 def settings(bootstrap: str, topic: str, tmp_path: Path, *, handler: str = "upper",
              policy: dict | None = None, sink: str | None = None, name: str = "c",
              max_batch: int = 1000) -> EffectiveSettings:

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-from antidote_consumer.metrics import Metrics
-from antidote_consumer.runner import Consumer
 from antidote_consumer.runtime import ExitCode
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all
-
-
-def run(spark, s, **kw) -> tuple[ExitCode, Metrics]:
-    metrics = Metrics(s.namespace, s.consumer)
-    consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
-    consumer.runtime.retry_sleep = 0.1
-    return consumer.run(until_idle=True), metrics
-
-
-def metric(m: Metrics, name: str, **labels) -> float:
-    return m.registry.get_sample_value(name, {**m.ids, **labels}) or 0.0
 
 
 def test_fault_stops_at_the_poison_message_and_leaves_it_unconsumed(
@@ -29,17 +16,17 @@ def test_fault_stops_at_the_poison_message_and_leaves_it_unconsumed(
     s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, policy={
         "retries": {"immediate": 1, "cycles": 0}, "disposition": "Fault"})
 
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
 
     assert code == ExitCode.FAULT
-    assert metric(m, "antidote_queue_disabled", reason="Fault") == 1
+    assert cu.metric(m, "antidote_queue_disabled", reason="Fault") == 1
     # Nothing at or after the poison message was processed; nothing was quarantined.
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [b"M%d" % i for i in range(5)]
     assert read_all(kafka_bootstrap, s.topics.poison) == []
     # It stays unconsumed: a restart stops at the same message again.
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
     assert code == ExitCode.FAULT
-    assert metric(m, "antidote_messages_total", outcome="processed") == 0
+    assert cu.metric(m, "antidote_messages_total", outcome="processed") == 0
 
 
 def test_systemic_failure_quarantines_nothing_and_leaves_the_batch_unconsumed(
@@ -51,15 +38,15 @@ def test_systemic_failure_quarantines_nothing_and_leaves_the_batch_unconsumed(
     down = cu.settings(kafka_bootstrap, source, tmp_path, handler="downstream_down", sink=sink,
                        policy=policy)
 
-    code, m = run(spark, down)
+    code, m = cu.run(spark, down)
 
     assert code == ExitCode.SYSTEMIC_FAILURE
-    assert metric(m, "antidote_queue_disabled", reason="SystemicFailure") == 1
+    assert cu.metric(m, "antidote_queue_disabled", reason="SystemicFailure") == 1
     for topic in (down.topics.poison, down.topics.dlq, *down.topics.retry, sink):
         assert read_all(kafka_bootstrap, topic) == [], topic
     # Once the downstream service is back, every message is still there to process.
     up = cu.settings(kafka_bootstrap, source, tmp_path, handler="upper", sink=sink, policy=policy)
-    code, m = run(spark, up)
+    code, m = cu.run(spark, up)
     assert code == ExitCode.OK
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == sorted(
         b"M%d" % i for i in range(150))
@@ -74,7 +61,7 @@ def test_a_message_that_crashes_the_worker_is_isolated_by_bisection(
     s = cu.settings(kafka_bootstrap, source, tmp_path, handler="crash_on_crash", sink=sink,
                     max_batch=n, policy={"queueDisable": {"consecutiveBatchFailures": 2}})
 
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
 
     assert code == ExitCode.OK
     poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
@@ -86,9 +73,9 @@ def test_a_message_that_crashes_the_worker_is_isolated_by_bisection(
     # Every other message reached the sink (at least once: failed segments may have
     # written some outputs before the worker died).
     assert {r.value for r in read_all(kafka_bootstrap, sink)} == {b"m%d" % i for i in range(n) if i != 137}
-    assert metric(m, "antidote_batch_failures_total") == 2
-    assert 0 < metric(m, "antidote_isolation_executions_total") <= 2 * 9 + 1
-    assert metric(m, "antidote_consecutive_batch_failures") == 0
+    assert cu.metric(m, "antidote_batch_failures_total") == 2
+    assert 0 < cu.metric(m, "antidote_isolation_executions_total") <= 2 * 9 + 1
+    assert cu.metric(m, "antidote_consecutive_batch_failures") == 0
 
 
 def test_a_batch_that_always_fails_disables_the_queue(spark, kafka_bootstrap, topic_factory,
@@ -97,9 +84,9 @@ def test_a_batch_that_always_fails_disables_the_queue(spark, kafka_bootstrap, to
     produce(kafka_bootstrap, source, [(None, b"crash", None)])
     s = cu.settings(kafka_bootstrap, source, tmp_path, handler="crash_on_crash",
                     policy={"queueDisable": {"consecutiveBatchFailures": 2}})
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
     assert code == ExitCode.CONSECUTIVE_BATCH_FAILURES
-    assert metric(m, "antidote_queue_disabled", reason="ConsecutiveBatchFailures") == 1
+    assert cu.metric(m, "antidote_queue_disabled", reason="ConsecutiveBatchFailures") == 1
     # A lone message that fails on its own is not blamed: nothing else proves the
     # environment works, so nothing is quarantined.
     assert read_all(kafka_bootstrap, s.topics.poison) == []

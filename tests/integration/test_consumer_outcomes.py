@@ -5,22 +5,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from antidote_consumer.metrics import Metrics
-from antidote_consumer.runner import Consumer
 from antidote_consumer.runtime import ExitCode
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all
-
-
-def run(spark, s, **kw) -> tuple[ExitCode, Metrics]:
-    metrics = Metrics(s.namespace, s.consumer)
-    code = Consumer(s, spark, metrics, trigger_interval=0.2, **kw).run(until_idle=True)
-    return code, metrics
-
-
-def metric(m: Metrics, name: str, **labels) -> float:
-    return m.registry.get_sample_value(name, {**m.ids, **labels}) or 0.0
 
 
 def test_move_retries_through_cycles_then_quarantines_with_exact_attempts(
@@ -32,7 +20,7 @@ def test_move_retries_through_cycles_then_quarantines_with_exact_attempts(
     s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, policy={
         "retries": {"immediate": 2, "cycles": 2, "cycleDelay": "1s"}})
 
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
 
     assert code == ExitCode.OK
     src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
@@ -65,10 +53,10 @@ def test_move_retries_through_cycles_then_quarantines_with_exact_attempts(
         assert hdrs["antidote.disposition"] == "Move"
         assert hdrs["antidote.consumer"] == "c" and hdrs["antidote.policy"] == "p"
         assert int(hdrs["antidote.failure.first"]) < int(hdrs["antidote.failure.last"])
-    assert metric(m, "antidote_messages_total", outcome="processed") == 90
-    assert metric(m, "antidote_messages_total", outcome="moved") == 10
-    assert metric(m, "antidote_messages_total", outcome="retried") == 20
-    assert metric(m, "antidote_attempts_total") == 90 + 10 * 9
+    assert cu.metric(m, "antidote_messages_total", outcome="processed") == 90
+    assert cu.metric(m, "antidote_messages_total", outcome="moved") == 10
+    assert cu.metric(m, "antidote_messages_total", outcome="retried") == 20
+    assert cu.metric(m, "antidote_attempts_total") == 90 + 10 * 9
 
 
 def test_retry_cycles_wait_for_their_due_time(spark, kafka_bootstrap, topic_factory, tmp_path,
@@ -77,7 +65,7 @@ def test_retry_cycles_wait_for_their_due_time(spark, kafka_bootstrap, topic_fact
     produce(kafka_bootstrap, source, [(None, b"poison", None), (None, b"fine", None)])
     s = cu.settings(kafka_bootstrap, source, tmp_path, policy={
         "retries": {"immediate": 0, "cycles": 2, "cycleDelay": "2s", "backoff": 1.5}})
-    code, _ = run(spark, s)
+    code, _ = cu.run(spark, s)
     assert code == ExitCode.OK
     times = [t for where, t in cu.call_log(calls_dir, source) if where == f"{source}/0/0"]
     assert len(times) == 3
@@ -100,7 +88,7 @@ def test_reject_validation_and_non_retryable(spark, kafka_bootstrap, topic_facto
     s = cu.settings(kafka_bootstrap, source, tmp_path, handler="strict_json", sink=sink, policy={
         "retries": {"immediate": 3, "cycles": 1, "cycleDelay": "1s", "nonRetryable": ["KeyError"]},
         "validation": {"format": "json"}, "disposition": "Reject"})
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
     assert code == ExitCode.OK
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [
         b'{"id":1,"ok":true}', b'{"id":2,"ok":true}']
@@ -117,7 +105,7 @@ def test_reject_validation_and_non_retryable(spark, kafka_bootstrap, topic_facto
     assert dlq[(0, 3)][0].value == b"\xff\xfe"
     per = cu.calls(calls_dir, source)
     assert per[f"{source}/0/1"] == 0 and per[f"{source}/0/3"] == 0 and per[f"{source}/0/2"] == 1
-    assert metric(m, "antidote_messages_total", outcome="rejected") == 3
+    assert cu.metric(m, "antidote_messages_total", outcome="rejected") == 3
 
 
 def test_drop_counts_and_writes_nothing(spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
@@ -126,10 +114,10 @@ def test_drop_counts_and_writes_nothing(spark, kafka_bootstrap, topic_factory, t
                                       for i in range(10)])
     s = cu.settings(kafka_bootstrap, source, tmp_path, policy={
         "retries": {"immediate": 1, "cycles": 0}, "disposition": "Drop"})
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
     assert code == ExitCode.OK
-    assert metric(m, "antidote_messages_total", outcome="dropped") == 4
-    assert metric(m, "antidote_messages_total", outcome="processed") == 6
+    assert cu.metric(m, "antidote_messages_total", outcome="dropped") == 4
+    assert cu.metric(m, "antidote_messages_total", outcome="processed") == 6
     assert read_all(kafka_bootstrap, s.topics.poison) == []
     assert read_all(kafka_bootstrap, s.topics.dlq) == []
 
@@ -145,11 +133,11 @@ def test_bad_input_never_crashes_the_consumer(spark, kafka_bootstrap, topic_fact
     assert p.flush(60) == 0
     s = cu.settings(kafka_bootstrap, source, tmp_path, policy={
         "retries": {"immediate": 0, "cycles": 0}, "validation": {"format": "utf8", "maxBytes": 1048576}})
-    code, m = run(spark, s)
+    code, m = cu.run(spark, s)
     assert code == ExitCode.OK
     poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
     assert set(poison) == {(0, 1), (0, 2), (0, 3)}  # null value, not UTF-8, too big
     assert poison[(0, 3)][0].value == big and poison[(0, 3)][0].key == b"k"
     assert "above maxBytes" in poison[(0, 3)][1]["antidote.error.message"]
     assert poison[(0, 2)][0].key == b"\x00\xff"
-    assert metric(m, "antidote_messages_total", outcome="processed") == 2
+    assert cu.metric(m, "antidote_messages_total", outcome="processed") == 2
