@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .handler import Handler, encode_output
-from .headers import MAX_STACK, truncate
+from .headers import MAX_STACK, truncate_stack
 from .message import Message
 
 
@@ -87,4 +87,4 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int) -> Outc
 def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: Exception) -> Outcome:
     stack = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     return Outcome(verdict, calls, reason=reason, error_class=class_name(type(err)),
-                   error_message=str(err), stack=truncate(stack, MAX_STACK))
+                   error_message=str(err), stack=truncate_stack(stack, MAX_STACK))

@@ -41,6 +41,11 @@ def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 15] + "... [truncated]"
 
 
+def truncate_stack(text: str, limit: int) -> str:
+    """Keep a traceback's end: the exception and the innermost frames matter most."""
+    return text if len(text) <= limit else "[truncated] ..." + text[-(limit - 15):]
+
+
 @dataclass(frozen=True)
 class Origin:
     topic: str
@@ -115,7 +120,7 @@ def failure_headers(*, origin: Origin, attempts: int, cycle: int, first_failure:
     if error_message is not None:
         out.append((ERROR_MESSAGE, truncate(error_message, MAX_MESSAGE).encode("utf-8", "replace")))
     if stack:
-        out.append((ERROR_STACK, truncate(stack, MAX_STACK).encode("utf-8", "replace")))
+        out.append((ERROR_STACK, truncate_stack(stack, MAX_STACK).encode("utf-8", "replace")))
     if due is not None:
         out.append((DUE, str(due).encode()))
     return out

@@ -104,6 +104,7 @@ def test_failure_headers_round_trip_and_truncate() -> None:
     assert len(values[h.ERROR_MESSAGE]) <= h.MAX_MESSAGE
     assert len(values[h.ERROR_STACK]) <= h.MAX_STACK
     assert values[h.ERROR_MESSAGE].endswith(b"[truncated]")
+    assert values[h.ERROR_STACK].startswith(b"[truncated] ...") and values[h.ERROR_STACK].endswith(b"s")
     assert h.user_headers(hdrs + [("trace", b"t")]) == [("trace", b"t")]
     assert h.due_of(hdrs) == 30 and h.due_of([]) == 0
 
