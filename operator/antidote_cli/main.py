@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import consumer, crds, dev
+from . import consumer, crds, dev, operator
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.register(commands)
     crds.register(commands)
     consumer.register(commands)
+    operator.register(commands)
     return parser
 
 

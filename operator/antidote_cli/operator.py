@@ -1,0 +1,67 @@
+"""`antidote operator`: run the Kopf operator (QueueConsumers -> Spark consumers)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("operator", help="run the operator (reconciles QueueConsumers)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--namespace", "-n", dest="namespaces", action="append", default=[],
+                       metavar="NS", help="watch this namespace (repeatable; glob patterns work)")
+    where.add_argument("--all-namespaces", "-A", action="store_true",
+                       help="watch every namespace (the default)")
+    p.add_argument("--dev-runner", action="store_true",
+                   help="LOCAL STACK ONLY: run consumer Deployments as local processes "
+                        "(refused in a pod, off loopback, or when the cluster has Nodes)")
+    p.add_argument("--dev-runner-dir", default=None,
+                   help="where the dev runner keeps settings copies and consumer logs (default: a temp dir)")
+    p.add_argument("--dev-runner-master", default="local[2]", help="Spark master of dev-runner consumers")
+    p.add_argument("--metrics-port", type=int, default=8080,
+                   help="serve the operator's own /metrics on this port (0: off; default 8080)")
+    p.add_argument("--peering", metavar="NAME", default=None,
+                   help="run as one of several replicas coordinated by Kopf peering NAME "
+                        "(needs Kopf's peering CRDs); default: standalone")
+    p.add_argument("--priority", type=int, default=0, help="peering priority of this replica")
+    p.add_argument("--print-peering-crds", action="store_true",
+                   help="print Kopf's peering CRDs (needed once for --peering) and exit")
+    p.add_argument("--scrape-interval", type=float, default=2.0,
+                   help="seconds between reads of the consumers' metrics (default 2)")
+    p.add_argument("--metrics-url-template", default="http://{name}.{namespace}.svc:{port}/metrics",
+                   help="where a consumer's /metrics is; {name} {namespace} {port} are filled in "
+                        "(default: the headless Service's DNS name)")
+    p.add_argument("--prometheus-url", default=None,
+                   help="read consumer metrics from this Prometheus (PromQL) instead of scraping")
+    p.add_argument("--consumer-image", default=None,
+                   help="driver and executor image when spec.spark.image is not set")
+    p.add_argument("--resync-interval", type=float, default=300.0,
+                   help="seconds between full reconciles of each consumer (0: only on events)")
+    p.add_argument("--poison-event-interval", type=float, default=60.0,
+                   help="at most one PoisonDetected Event per consumer per this many seconds")
+    p.add_argument("--liveness", default=None, metavar="URL",
+                   help="Kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    p.add_argument("--verbose", "-v", action="store_true", help="log more")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.print_peering_crds:
+        from antidote_operator.peering import PEERING_CRDS
+
+        print(PEERING_CRDS, end="")
+        return 0
+    from antidote_operator.builders import RenderOptions
+    from antidote_operator.main import run as run_operator
+    from antidote_operator.reconcile import Options
+
+    render = RenderOptions(image=args.consumer_image) if args.consumer_image else RenderOptions()
+    options = Options(
+        namespaces=[] if args.all_namespaces else list(args.namespaces),
+        dev_runner=args.dev_runner, dev_runner_dir=args.dev_runner_dir,
+        dev_runner_master=args.dev_runner_master,
+        metrics_port=args.metrics_port or None, peering=args.peering, priority=args.priority,
+        scrape_interval=args.scrape_interval, metrics_url_template=args.metrics_url_template,
+        prometheus_url=args.prometheus_url, resync_interval=args.resync_interval,
+        poison_event_interval=args.poison_event_interval, liveness=args.liveness, render=render)
+    return run_operator(options, verbose=args.verbose)

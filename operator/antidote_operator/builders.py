@@ -1,0 +1,313 @@
+"""Pure builders of a QueueConsumer's child objects: plain dicts in, plain dicts out.
+
+Nothing here talks to the API server, so every manifest is unit-tested as data. Owner
+references come from `kopf.adopt` in `build_children` (also pure: it edits the dicts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+import yaml
+
+from antidote_api.semantics import EffectiveSettings
+
+# Labels on every child; LABEL_CONSUMER is also how the operator finds Deployments and Pods.
+LABEL_CONSUMER = "antidote.dev/consumer"
+MANAGED_BY = "antidote-operator"
+SETTINGS_HASH = "antidote.dev/settings-hash"
+
+SETTINGS_KEY = "settings.yaml"
+SPARK_DEFAULTS_KEY = "spark-defaults.conf"
+CONFIG_DIR = "/etc/antidote"
+SECRETS_DIR = "/etc/antidote/secrets"
+CONTAINER = "driver"
+# The API server as seen from a pod; the driver runs Spark in client mode against it.
+K8S_MASTER = "k8s://https://kubernetes.default.svc"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Operator-wide choices that shape every consumer's children."""
+
+    image: str = "ghcr.io/antidote-dev/antidote:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    metrics_port: int = 9090
+    driver_port: int = 7078
+    block_manager_port: int = 7079
+    # The driver finishes its batch on SIGTERM (the consumer waits up to 120 s for it).
+    termination_grace_seconds: int = 150
+
+
+@dataclass(frozen=True)
+class Names:
+    configmap: str
+    service_account: str
+    role: str
+    role_binding: str
+    service: str
+    deployment: str
+
+
+def names(consumer: str) -> Names:
+    # The consumer name is a DNS-1035 label of at most 40 characters (API rule), so the
+    # suffixes fit in 63 and the Service name is a valid driver host.
+    driver = f"{consumer}-driver"
+    return Names(configmap=f"{consumer}-settings", service_account=driver, role=driver,
+                 role_binding=driver, service=consumer, deployment=consumer)
+
+
+def labels(consumer: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "antidote-consumer", "app.kubernetes.io/instance": consumer,
+            "app.kubernetes.io/component": "driver", "app.kubernetes.io/managed-by": MANAGED_BY,
+            LABEL_CONSUMER: consumer}
+
+
+def selector(consumer: str) -> dict[str, str]:
+    return {LABEL_CONSUMER: consumer}
+
+
+def driver_host(consumer: str, namespace: str) -> str:
+    """The headless Service's DNS name: executors reach the driver there."""
+    return f"{consumer}.{namespace}.svc"
+
+
+def metrics_url(consumer: str, namespace: str, opts: RenderOptions = RenderOptions()) -> str:
+    return f"http://{driver_host(consumer, namespace)}:{opts.metrics_port}/metrics"
+
+
+def _meta(name: str, consumer: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "labels": labels(consumer), **extra}
+
+
+# libyaml when present: the pure-Python dumper is most of a reconcile's CPU.
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+# --- settings --------------------------------------------------------------------------
+
+def settings_document(settings: EffectiveSettings) -> str:
+    # Full dump with nulls: EffectiveSettings has required-but-nullable fields (sink,
+    # validation), so the exclude_none `wire()` form would not load back.
+    return yaml.dump(settings.model_dump(mode="json", by_alias=True), Dumper=_Dumper, sort_keys=False)
+
+
+_SPARK_BYTES = {"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def spark_mib(memory: str) -> int:
+    """Spark's byte string (`512m`, `2g`, `1024k`; no unit = MiB) in MiB, rounded up."""
+    m = re.fullmatch(r"([0-9]+)([kKmMgGtTpP]?)[bB]?", memory)
+    if m is None:
+        raise ValueError(f"not a Spark memory size: {memory!r}")
+    nbytes = int(m.group(1)) * _SPARK_BYTES[m.group(2).lower()]
+    return -(-nbytes // (1 << 20))
+
+
+def container_memory_mib(memory: str) -> int:
+    # Spark's own rule for a JVM container: heap + max(384 MiB, 10 %) of overhead.
+    heap = spark_mib(memory)
+    return heap + max(384, heap // 10)
+
+
+def quantity_mib(mib: int) -> str:
+    # The API server stores quantities in canonical form; write that form so the stored
+    # object compares equal and is not patched again.
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def secret_names(settings: EffectiveSettings) -> list[str]:
+    """Secrets the consumer reads Kafka client properties from (by reference, never copied)."""
+    refs = [settings.source.secret_ref]
+    if settings.sink is not None and settings.sink.kafka is not None:
+        refs.append(settings.sink.kafka.secret_ref)
+    return sorted({r.name for r in refs if r is not None})
+
+
+def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, str]:
+    """Cluster-mode Spark configuration of the driver (client mode, executors as pods).
+
+    It lives in `spark-defaults.conf` next to the settings rather than in them: the
+    settings stay what the user wrote plus the policy, and the dev runner drops this file.
+    The user's `spec.spark.conf` (applied by the consumer) still overrides it.
+    """
+    name, ns = settings.consumer, settings.namespace
+    spark = settings.spark
+    conf = {
+        "spark.submit.deployMode": "client",
+        "spark.kubernetes.namespace": ns,
+        "spark.kubernetes.container.image": spark.image or opts.image,
+        "spark.kubernetes.container.image.pullPolicy": opts.image_pull_policy,
+        # Executors are owned by the driver pod, so they go when it goes.
+        "spark.kubernetes.driver.pod.name": "${env:POD_NAME}",
+        "spark.kubernetes.authenticate.driver.serviceAccountName": names(name).service_account,
+        "spark.kubernetes.executor.podNamePrefix": name,
+        f"spark.kubernetes.executor.label.{LABEL_CONSUMER}": name,
+        "spark.kubernetes.executor.label.app.kubernetes.io/component": "executor",
+        "spark.driver.host": driver_host(name, ns),
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.port": str(opts.driver_port),
+        "spark.driver.blockManager.port": str(opts.block_manager_port),
+        "spark.driver.cores": str(spark.driver.cores),
+        "spark.executor.instances": str(spark.executor.instances),
+        "spark.executor.cores": str(spark.executor.cores),
+        "spark.executor.memory": spark.executor.memory,
+    }
+    for secret in secret_names(settings):
+        conf[f"spark.kubernetes.executor.secrets.{secret}"] = f"{SECRETS_DIR}/{secret}"
+    return conf
+
+
+def render_spark_defaults(conf: Mapping[str, str]) -> str:
+    return "".join(f"{k} {v}\n" for k, v in conf.items())
+
+
+def config_data(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, str]:
+    return {SETTINGS_KEY: settings_document(settings),
+            SPARK_DEFAULTS_KEY: render_spark_defaults(spark_defaults(settings, opts))}
+
+
+def settings_hash(data: Mapping[str, str]) -> str:
+    """Changes whenever the ConfigMap does; on the pod template it rolls the driver."""
+    return hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- the children ----------------------------------------------------------------------
+
+def build_configmap(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(names(settings.consumer).configmap, settings.consumer),
+            "data": config_data(settings, opts)}
+
+
+def build_service_account(consumer: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": _meta(names(consumer).service_account, consumer)}
+
+
+def build_role(consumer: str) -> dict[str, Any]:
+    """What a Spark driver needs to run executors in its own namespace, and no more."""
+    verbs = ["get", "list", "watch", "create", "delete", "deletecollection"]
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": _meta(names(consumer).role, consumer),
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": verbs + ["patch"]},
+                # Spark writes each executor's conf files as a ConfigMap.
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs},
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+            ]}
+
+
+def build_role_binding(consumer: str) -> dict[str, Any]:
+    n = names(consumer)
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(n.role_binding, consumer),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.role},
+            "subjects": [{"kind": "ServiceAccount", "name": n.service_account}]}
+
+
+def _ports(opts: RenderOptions) -> list[tuple[str, int]]:
+    return [("driver", opts.driver_port), ("blockmanager", opts.block_manager_port),
+            ("metrics", opts.metrics_port)]
+
+
+def build_service(consumer: str, opts: RenderOptions) -> dict[str, Any]:
+    """Headless: its DNS name resolves to the driver pod (driver host, metrics target)."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(names(consumer).service, consumer),
+            "spec": {"clusterIP": "None", "selector": selector(consumer),
+                     # Executors connect while the driver is still starting.
+                     "publishNotReadyAddresses": True,
+                     "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"}
+                               for n, p in _ports(opts)]}}
+
+
+def consumer_args(opts: RenderOptions) -> list[str]:
+    return ["consumer", "--settings", f"{CONFIG_DIR}/{SETTINGS_KEY}",
+            "--metrics-port", str(opts.metrics_port), "--master", K8S_MASTER]
+
+
+def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: RenderOptions,
+                     config_hash: str) -> dict[str, Any]:
+    name = settings.consumer
+    n = names(name)
+    driver = settings.spark.driver
+    memory = quantity_mib(container_memory_mib(driver.memory))
+    secrets = secret_names(settings)
+    volumes = [{"name": "settings", "configMap": {"name": n.configmap}}] + [
+        {"name": f"secret-{i}", "secret": {"secretName": s}} for i, s in enumerate(secrets)]
+    mounts = [{"name": "settings", "mountPath": CONFIG_DIR, "readOnly": True}] + [
+        {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{s}", "readOnly": True}
+        for i, s in enumerate(secrets)]
+    container = {
+        "name": CONTAINER,
+        "image": settings.spark.image or opts.image,
+        "imagePullPolicy": opts.image_pull_policy,
+        "command": ["antidote"],
+        "args": consumer_args(opts),
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "SPARK_CONF_DIR", "value": CONFIG_DIR},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
+        "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in _ports(opts)],
+        "resources": {"requests": {"cpu": str(driver.cores), "memory": memory},
+                      "limits": {"memory": memory}},
+        # /metrics is up before Spark starts; a slow batch must not get the driver killed,
+        # so there is no liveness probe.
+        "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
+                           "periodSeconds": 10},
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+    pod_labels = labels(name)
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": _meta(n.deployment, name),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector(name)},
+            # Never two drivers of one consumer: they would share a checkpoint and a
+            # transactional id. Recreate stops the old one before the new one starts.
+            "strategy": {"type": "Recreate"},
+            "template": {
+                "metadata": {"labels": pod_labels,
+                             "annotations": {SETTINGS_HASH: config_hash,
+                                             "prometheus.io/scrape": "true",
+                                             "prometheus.io/port": str(opts.metrics_port)}},
+                "spec": {
+                    "serviceAccountName": n.service_account,
+                    "terminationGracePeriodSeconds": opts.termination_grace_seconds,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def build_children(owner: Mapping[str, Any], settings: EffectiveSettings, *, replicas: int,
+                   opts: RenderOptions) -> list[dict[str, Any]]:
+    """Every child of the QueueConsumer `owner` (its body), owned by it, in creation order."""
+    data = config_data(settings, opts)
+    cm = build_configmap(settings, opts)
+    children = [
+        cm,
+        build_service_account(settings.consumer),
+        build_role(settings.consumer),
+        build_role_binding(settings.consumer),
+        build_service(settings.consumer, opts),
+        build_deployment(settings, replicas=replicas, opts=opts, config_hash=settings_hash(data)),
+    ]
+    # Owner references let a real cluster's garbage collector remove the children; the
+    # operator also deletes them itself (the local stack runs no garbage collector).
+    kopf.adopt(children, owner=dict(owner))  # type: ignore[arg-type]
+    return children

@@ -1,0 +1,314 @@
+"""The dev runner: on the local stack (an API server with no kubelet), runs each consumer
+Deployment's driver as a local process while its replicas are >= 1.
+
+It plays kubelet and Deployment controller for exactly one kind of object, so the whole
+loop (QueueConsumer -> Deployment -> running consumer -> metrics -> status -> disable)
+runs on `antidote dev up`. It is off unless `antidote operator --dev-runner` is given, and
+refuses to start when the operator runs in a pod, the API server is not on loopback, or
+the cluster has a Node (a kubelet would run the same Deployment: two drivers, one queue).
+
+What it does to the container's command, and nothing else:
+- `antidote ...` runs as this Python's `antidote` (same venv);
+- `--settings <mounted file>` points at a copy of the ConfigMap's settings;
+- `--metrics-port` gets a free loopback port; `--master` becomes a local master;
+- env: the operator's own, plus the container's literal `value`s except SPARK_CONF_DIR
+  (the cluster-mode spark-defaults.conf does not apply to a local master).
+
+It reports back on the Deployment, as a kubelet and the Deployment controller would:
+`status.availableReplicas` (once /metrics answers, like the readiness probe), and
+annotations `antidote.dev/dev-runner*`: pid, metrics URL, log file, and the last exit
+(`{"exitCode": 4, "finishedAt": ..., "generation": ...}`), from which the operator learns
+why a consumer stopped after its /metrics went away with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import aiohttp
+
+from . import builders, kube
+from .reconcile import DEV_RUNNER_EXIT, DEV_RUNNER_METRICS
+
+log = logging.getLogger("antidote.operator.devrunner")
+
+DEV_RUNNER = "antidote.dev/dev-runner"
+DEV_RUNNER_PID = "antidote.dev/dev-runner-pid"
+DEV_RUNNER_LOG = "antidote.dev/dev-runner-log"
+# Exits after which the runner waits for a new Deployment generation instead of restarting:
+# done (0) or the queue disabled (3, 4, 5: starting again would resume it behind the
+# operator's back). Other exits restart with the kubelet's back-off.
+FINAL_EXITS = frozenset({0, 3, 4, 5})
+BACKOFF = (10, 20, 40, 80, 160, 300)
+
+
+class DevRunnerRefused(RuntimeError):
+    pass
+
+
+async def check_allowed(k: kube.Kube) -> None:
+    """Raise DevRunnerRefused unless this is plainly a local stack with no kubelet."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise DevRunnerRefused("the operator runs inside a cluster; the dev runner is for the "
+                               "local stack (antidote dev up) only")
+    host = urlparse(k.server).hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise DevRunnerRefused(f"the API server {k.server} is not on loopback; the dev runner "
+                               "is for the local stack (antidote dev up) only")
+    if await k.nodes_exist():
+        raise DevRunnerRefused("the cluster has Nodes, so a kubelet would run consumer "
+                               "Deployments too; the dev runner is for a stack without one")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # A consumer outliving a killed operator would keep consuming unseen.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port: int,
+              master: str) -> tuple[list[str], dict[str, str]]:
+    """The local command line and extra environment for a Deployment's driver container."""
+    command = list(container.get("command") or []) + list(container.get("args") or [])
+    if not command:
+        raise ValueError("the container has no command")
+    if command[0] == "antidote":
+        exe = Path(sys.executable).with_name("antidote")
+        command[:1] = [str(exe)] if exe.exists() else [sys.executable, "-m", "antidote_cli.main"]
+    replace = {"--settings": settings_path, "--metrics-port": str(metrics_port), "--master": master}
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(command):
+        if skip:
+            skip = False
+            continue
+        if arg in replace and i + 1 < len(command):
+            out += [arg, replace.pop(arg)]
+            skip = True
+        else:
+            out.append(arg)
+    for flag in ("--metrics-port", "--master"):
+        if flag in replace:
+            out += [flag, replace.pop(flag)]
+    env = {e["name"]: str(e["value"]) for e in container.get("env") or []
+           if "value" in e and e["name"] != "SPARK_CONF_DIR"}
+    return out, env
+
+
+class _Runner:
+    """One Deployment's local driver: a loop that converges the process on the replicas."""
+
+    def __init__(self, owner: DevRunner, body: Mapping[str, Any]):
+        self.owner = owner
+        meta = body["metadata"]
+        self.ns, self.name = meta["namespace"], meta["name"]
+        self.body = body
+        self.deleted = False
+        self.wake = asyncio.Event()
+        self.proc: asyncio.subprocess.Process | None = None
+        self.generation_started: int | None = None
+        self.failures = 0
+        self.not_before = 0.0
+        self.last_exit: dict[str, Any] | None = None
+        try:
+            self.last_exit = json.loads((meta.get("annotations") or {}).get(DEV_RUNNER_EXIT) or "null")
+        except ValueError:
+            self.last_exit = None
+        self.dir = owner.base / self.ns / self.name
+        self.task = asyncio.create_task(self.loop(), name=f"dev runner {self.ns}/{self.name}")
+
+    @property
+    def generation(self) -> int:
+        return int(self.body["metadata"].get("generation", 0))
+
+    def update(self, body: Mapping[str, Any], deleted: bool) -> None:
+        self.body, self.deleted = body, self.deleted or deleted
+        self.wake.set()
+
+    def wanted(self) -> bool:
+        return not self.deleted and int((self.body.get("spec") or {}).get("replicas", 1)) >= 1
+
+    def may_start(self) -> bool:
+        if self.last_exit and int(self.last_exit.get("exitCode", -1)) in FINAL_EXITS \
+                and self.last_exit.get("generation") == self.generation:
+            return False
+        return time.monotonic() >= self.not_before
+
+    async def loop(self) -> None:
+        while True:
+            timeout = max(0.1, self.not_before - time.monotonic()) if self.not_before else None
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+            self.wake.clear()
+            try:
+                if self.proc is not None and not self.wanted():
+                    await self.stop()
+                if self.proc is None and self.wanted() and self.may_start():
+                    await self.start()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - report, back off, try again
+                log.warning("dev runner: %s/%s: %s", self.ns, self.name, err)
+                self.failures += 1
+                self.not_before = time.monotonic() + BACKOFF[min(self.failures, len(BACKOFF)) - 1]
+            if self.deleted and self.proc is None:
+                return
+
+    async def start(self) -> None:
+        k = self.owner.kube
+        spec = self.body["spec"]["template"]["spec"]
+        container = next(c for c in spec["containers"] if c["name"] == builders.CONTAINER)
+        cm_name = next(v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v)
+        cm = await k.get(kube.CONFIGMAP, self.ns, cm_name)
+        if cm is None or builders.SETTINGS_KEY not in (cm.get("data") or {}):
+            raise RuntimeError(f"ConfigMap {cm_name} with {builders.SETTINGS_KEY} not found")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        settings = self.dir / builders.SETTINGS_KEY
+        settings.write_text(cm["data"][builders.SETTINGS_KEY])
+        port = free_port()
+        argv, extra_env = translate(container, settings_path=str(settings), metrics_port=port,
+                                    master=self.owner.master)
+        env = {**os.environ, **extra_env, "POD_NAME": f"{self.name}-dev-runner",
+               "ANTIDOTE_DEV_RUNNER": "1"}
+        logfile = self.dir / "consumer.log"
+        with logfile.open("ab") as out:
+            out.write(f"--- {_now()} dev runner: {' '.join(argv)}\n".encode())
+            out.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                env=env, preexec_fn=_die_with_parent)
+        self.generation_started, self.last_exit = self.generation, None
+        url = f"http://127.0.0.1:{port}/metrics"
+        log.warning("DEV RUNNER: started %s/%s as local process %d (metrics %s, log %s)",
+                    self.ns, self.name, self.proc.pid, url, logfile)
+        await self.report({DEV_RUNNER: "local process of `antidote operator --dev-runner`, not a pod",
+                           DEV_RUNNER_PID: str(self.proc.pid), DEV_RUNNER_METRICS: url,
+                           DEV_RUNNER_LOG: str(logfile), DEV_RUNNER_EXIT: None}, available=0)
+        proc = self.proc
+        asyncio.create_task(self.ready_when_serving(proc, url))
+        asyncio.create_task(self.reap(proc))
+
+    async def ready_when_serving(self, proc: asyncio.subprocess.Process, url: str) -> None:
+        """availableReplicas = 1 once /metrics answers (the Deployment's readiness probe)."""
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            while proc.returncode is None:
+                try:
+                    async with session.get(url) as resp:
+                        if resp.status == 200:
+                            await self.report({}, available=1)
+                            return
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    pass
+                await asyncio.sleep(0.5)
+
+    async def reap(self, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        if code < 0:
+            code = 128 - code  # killed by a signal: reported as the kubelet does
+        self.last_exit = {"exitCode": code, "finishedAt": _now(), "generation": self.generation_started}
+        if code in FINAL_EXITS:
+            self.failures, self.not_before = 0, 0.0
+        else:
+            self.failures += 1
+            self.not_before = time.monotonic() + BACKOFF[min(self.failures, len(BACKOFF)) - 1]
+        log.warning("DEV RUNNER: %s/%s (process %d) exited with code %d", self.ns, self.name, proc.pid, code)
+        if self.proc is proc:
+            self.proc = None
+        try:
+            await self.report({DEV_RUNNER_PID: None, DEV_RUNNER_EXIT: json.dumps(self.last_exit)},
+                              available=0)
+        except Exception as err:  # noqa: BLE001 - e.g. the Deployment is gone
+            log.info("dev runner: could not report the exit of %s/%s: %s", self.ns, self.name, err)
+        self.wake.set()
+
+    async def stop(self) -> None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        grace = min(int(self.body["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)), 60)
+        log.warning("DEV RUNNER: stopping %s/%s (process %d)", self.ns, self.name, proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+        await asyncio.sleep(0)  # let reap() record the exit
+        if self.proc is proc:
+            self.proc = None
+
+    async def report(self, annotations: Mapping[str, str | None], *, available: int) -> None:
+        k = self.owner.kube
+        if self.deleted:
+            return
+        if annotations:
+            await k.patch(kube.DEPLOYMENT, self.ns, self.name, {"metadata": {"annotations": dict(annotations)}})
+        n = 1 if self.proc is not None else 0
+        await k.patch(kube.DEPLOYMENT, self.ns, self.name, {"status": {
+            "observedGeneration": self.generation, "replicas": n, "updatedReplicas": n,
+            "readyReplicas": available, "availableReplicas": available}}, subresource="status")
+
+
+class DevRunner:
+    def __init__(self, k: kube.Kube, *, base: str | None = None, master: str = "local[2]"):
+        self.kube = k
+        self.master = master
+        self.base = Path(base) if base else Path(tempfile.mkdtemp(prefix="antidote-dev-runner-"))
+        self.runners: dict[tuple[str, str], _Runner] = {}
+
+    def observe(self, body: Mapping[str, Any], deleted: bool) -> None:
+        meta = body.get("metadata", {})
+        key = (meta.get("namespace"), meta.get("name"))
+        runner = self.runners.get(key)  # type: ignore[arg-type]
+        if runner is None or runner.task.done():
+            if deleted:
+                return
+            runner = self.runners[key] = _Runner(self, dict(body))  # type: ignore[index]
+        runner.update(dict(body), deleted)
+
+    async def close(self) -> None:
+        """Stop every local driver (SIGTERM, then the grace period) as the operator exits."""
+        runners = list(self.runners.values())
+        for r in runners:
+            r.deleted = True
+        await asyncio.gather(*(r.stop() for r in runners), return_exceptions=True)
+        for r in runners:
+            r.task.cancel()
+        await asyncio.gather(*(r.task for r in runners), return_exceptions=True)
+
+    def cleanup_files(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)

@@ -1,0 +1,193 @@
+"""Kopf handlers: thin adapters from Kubernetes events to `reconcile`.
+
+QueueConsumers are reconciled on create/update/resume; a PoisonPolicy change re-renders
+its users, found in a map kept from the watch streams (no list call per event);
+Deployment and Pod events tell what the driver is doing; a background watcher reads the
+consumers' metrics and does the time-based (level) reconciliation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes.client.rest import ApiException
+
+from antidote_api.types import GROUP, VERSION
+
+from .builders import LABEL_CONSUMER
+from .reconcile import Context, delete_children, on_deployment, on_pod, post_event, sync_consumer
+from .status import policy_status
+from .watcher import Watcher
+
+QC = (GROUP, VERSION, "queueconsumers")
+PP = (GROUP, VERSION, "poisonpolicies")
+# Drivers only: Spark's executor pods carry the consumer label too, but their exits are
+# Spark's business (it replaces executors), not the queue's.
+DRIVER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "driver"}
+
+KOPF_PREFIX = "kopf.antidote.dev"
+
+log = logging.getLogger("antidote.operator")
+
+
+# --- lifecycle ---------------------------------------------------------------------------
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    ctx: Context = memo.ctx
+    # Kopf's bookkeeping in annotations (the CRDs' status schema, generated from
+    # antidote_api, keeps no place for it) under a prefix of its own: Kopf ignores changes
+    # to annotations with its prefix, and users' antidote.dev/resume must not be ignored.
+    settings.persistence.finalizer = "antidote.dev/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX, key="last-handled-configuration")
+    # The operator posts its Events itself (on condition transitions); none from Kopf.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    # Bounded concurrency: each busy object worker may hold an API connection (Kopf's
+    # client pool is unbounded), and idle workers give their slot back quickly.
+    settings.queueing.worker_limit = 64
+    settings.queueing.idle_timeout = 0.5
+    if ctx.options.metrics_port:
+        ctx.metrics.serve(ctx.options.metrics_port)
+        log.info("operator metrics on :%d/metrics", ctx.options.metrics_port)
+    memo.watcher = asyncio.create_task(Watcher(ctx).run(), name="metrics watcher")
+    if ctx.devrunner is not None:
+        log.warning("DEV RUNNER ON: consumer Deployments run as local processes of this "
+                    "operator (local stack only; never on a real cluster)")
+
+
+@kopf.on.cleanup()
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    ctx: Context = memo.ctx
+    watcher = getattr(memo, "watcher", None)
+    if watcher is not None:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    await ctx.syncer.close()
+    if ctx.devrunner is not None:
+        await ctx.devrunner.close()
+    ctx.kube.close()
+
+
+# --- caches of what the watch streams say ---------------------------------------------------
+# Kopf indices would do this, but they hold every handler until all objects are indexed and
+# then release them at once: with 1,000 consumers that is 1,000 concurrent API calls (some
+# 300 MB of TLS buffers), and with a worker limit it never starts. These two maps are fed
+# by the same watch events, and a lookup that misses falls back to one GET.
+
+@kopf.on.event(*PP)
+async def policy_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf.Spec,
+                       memo: kopf.Memo, **_: Any) -> None:
+    ctx: Context = memo.ctx
+    if event["type"] == "DELETED":
+        ctx.policies.pop((namespace, name), None)
+        # Its users now lack a policy: say so on each (they keep running as they were).
+        for consumer in ctx.users.get((namespace, name), ()):
+            ctx.syncer.kick(namespace, consumer)
+    else:
+        ctx.policies[(namespace, name)] = dict(spec)
+
+
+@kopf.on.event(*QC)
+async def consumer_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf.Spec,
+                         memo: kopf.Memo, **_: Any) -> None:
+    ctx: Context = memo.ctx
+    if event["type"] == "DELETED":
+        ctx.note_user(namespace, name, None)
+        ctx.registry.forget(namespace, name)
+        return
+    ctx.note_user(namespace, name, (spec.get("policyRef") or {}).get("name", ""))
+    st = ctx.registry.peek(namespace, name)
+    if st is not None:
+        st.body = slim(event["object"])
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What reconciling needs of a QueueConsumer, without managedFields and Kopf's copy of
+    the spec (a quarter of the operator's memory with 1,000 consumers otherwise)."""
+    meta = body.get("metadata", {})
+    keep = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "deletionTimestamp")
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if not k.startswith(f"{KOPF_PREFIX}/") and k != "kubectl.kubernetes.io/last-applied-configuration"}
+    return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+            "metadata": {**{k: meta[k] for k in keep if k in meta}, "annotations": annotations},
+            "spec": body.get("spec") or {}, "status": body.get("status") or {}}
+
+
+def _retryable(err: ApiException) -> Exception:
+    if err.status in (400, 403, 422):
+        return kopf.PermanentError(f"the API server refused a write: HTTP {err.status} {err.reason}")
+    return kopf.TemporaryError(f"API server: HTTP {err.status} {err.reason}", delay=5)
+
+
+# --- QueueConsumer ----------------------------------------------------------------------------
+
+# A failed reconcile is retried in 5 s (Kopf's default is 60): most failures are a busy or
+# restarting API server, and the next attempt recomputes everything anyway.
+@kopf.on.resume(*QC, backoff=5)
+@kopf.on.create(*QC, backoff=5)
+@kopf.on.update(*QC, backoff=5)
+async def reconcile_consumer(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
+                             **_: Any) -> None:
+    ctx: Context = memo.ctx
+    try:
+        await sync_consumer(ctx, namespace, name, body=dict(body), verify=True)
+    except ApiException as err:
+        ctx.metrics.reconciles.labels("QueueConsumer", "error").inc()
+        raise _retryable(err) from None
+
+
+@kopf.on.delete(*QC, backoff=5)
+async def delete_consumer(namespace: str, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
+    ctx: Context = memo.ctx
+    try:
+        deleted = await delete_children(ctx, namespace, name, uid)
+    except ApiException as err:
+        raise _retryable(err) from None
+    ctx.registry.forget(namespace, name)
+    if deleted:
+        log.info("%s/%s deleted: removed %s", namespace, name, ", ".join(deleted))
+
+
+# --- PoisonPolicy ----------------------------------------------------------------------------
+
+@kopf.on.resume(*PP, backoff=5)
+@kopf.on.create(*PP, backoff=5)
+@kopf.on.update(*PP, backoff=5)
+async def reconcile_policy(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
+                           namespace: str, name: str, patch: kopf.Patch, memo: kopf.Memo,
+                           reason: kopf.Reason, **_: Any) -> None:
+    ctx: Context = memo.ctx
+    new, event = policy_status(dict(spec), dict(status), int(meta.get("generation", 1)))
+    if new != dict(status):
+        patch.status.update(new)
+    if event is not None:
+        await post_event(ctx, body, event)
+    ctx.metrics.reconciles.labels("PoisonPolicy", "ok").inc()
+    if reason == kopf.Reason.RESUME:
+        return  # each consumer resumes by itself, reading the policy then
+    ctx.policies[(namespace, name)] = dict(spec)
+    for consumer in ctx.users.get((namespace, name), ()):
+        ctx.syncer.kick(namespace, consumer)
+
+
+# --- what the driver is doing -------------------------------------------------------------------
+
+@kopf.on.event("apps", "v1", "deployments", labels=DRIVER)
+async def deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    on_deployment(memo.ctx, body, deleted=event["type"] == "DELETED")
+
+
+@kopf.on.event("v1", "pods", labels=DRIVER)
+async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # On a real cluster the kubelet reports the driver's exit code here (3, 4, 5: the
+    # consumer disabled its queue); the operator scales to 0 before a restart resumes it.
+    if event["type"] != "DELETED":
+        on_pod(memo.ctx, body)

@@ -1,0 +1,66 @@
+"""The operator's own Prometheus metrics (prefix `antidote_operator_`)."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .state import Registry
+
+
+class _Consumers(Collector):
+    """antidote_operator_consumers{condition,status}: computed at scrape time from the
+    conditions the operator last wrote, so it never drifts from what it wrote."""
+
+    def __init__(self, consumers: Registry):
+        self.consumers = consumers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("antidote_operator_consumers",
+                              "QueueConsumers by condition and status, as last written.",
+                              labels=["condition", "status"])
+        tally: Tally[tuple[str, str]] = Tally()
+        for st in self.consumers:
+            for type_, status in st.conditions.items():
+                tally[(type_, status)] += 1
+        for (type_, status), n in sorted(tally.items()):
+            g.add_metric([type_, status], n)
+        yield g
+        yield GaugeMetricFamily("antidote_operator_watched_consumers",
+                                "QueueConsumers the operator knows.", value=len(self.consumers))
+
+
+class OperatorMetrics:
+    def __init__(self, consumers: Registry):
+        self.registry = r = CollectorRegistry()
+        self.reconciles = Counter("antidote_operator_reconciles", "Reconciliations, by kind and result.",
+                                  ["kind", "result"], registry=r)
+        self.errors = Counter("antidote_operator_errors", "Errors, by operation.", ["operation"], registry=r)
+        self.pauses = Counter("antidote_operator_pauses", "Consumers scaled to 0, by reason (UserRequested "
+                              "or the QueueDisabled reason).", ["reason"], registry=r)
+        self.resumes = Counter("antidote_operator_resumes", "Disabled queues re-enabled, by how "
+                               "(Resumed: the annotation; Probing: autoResume).", ["how"], registry=r)
+        self.child_writes = Counter("antidote_operator_child_writes", "Child objects written, by kind and "
+                                    "action (created, updated).", ["kind", "action"], registry=r)
+        self.events = Counter("antidote_operator_events", "Kubernetes Events posted, by reason.",
+                              ["reason"], registry=r)
+        self.scrapes = Counter("antidote_operator_scrapes", "Consumer metrics scrapes, by result.",
+                               ["result"], registry=r)
+        self.disable_seconds = Histogram(
+            "antidote_operator_disable_seconds",
+            "From disable evidence (metrics or exit code) reaching the operator to the Deployment "
+            "scaled to 0.", registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self.scrape_seconds = Histogram("antidote_operator_scrape_round_seconds",
+                                        "Duration of one round of scrapes over all consumers.",
+                                        registry=r, buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10))
+        r.register(_Consumers(consumers))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def names(self) -> Iterable[str]:
+        return [m.name for m in self.registry.collect()]

@@ -1,0 +1,412 @@
+"""Reconciling one QueueConsumer: observe, `decide`, then act (children, replicas, status,
+Events), serialised per consumer and retried on write conflicts.
+
+Every trigger (a spec or policy change, a Deployment or Pod event, a new metrics sample, a
+timer) ends in `sync_consumer`, which re-reads the QueueConsumer and recomputes everything:
+reconciliation is level-based, so a missed or repeated trigger is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import kopf
+from kubernetes.client.rest import ApiException
+
+from antidote_api.types import API_VERSION
+
+from . import builders, kube
+from .builders import LABEL_CONSUMER, RenderOptions
+from .metrics import OperatorMetrics
+from .peering import PeeringGate, own_identity
+from .state import ConsumerState, Registry
+from .status import (PROBE_ANNOTATION, RESUME_ANNOTATION, DeploymentView, Event, Inputs, Termination,
+                     decide, status_patch)
+
+if TYPE_CHECKING:
+    from .devrunner import DevRunner
+
+log = logging.getLogger("antidote.operator")
+
+# Written by the dev runner on a Deployment it runs (see devrunner.py).
+DEV_RUNNER_METRICS = "antidote.dev/dev-runner-metrics"
+DEV_RUNNER_EXIT = "antidote.dev/dev-runner-exit"
+
+
+@dataclass
+class Options:
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    dev_runner: bool = False
+    dev_runner_dir: str | None = None
+    dev_runner_master: str = "local[2]"
+    metrics_port: int | None = 8080
+    peering: str | None = None
+    priority: int = 0
+    scrape_interval: float = 2.0
+    metrics_url_template: str = "http://{name}.{namespace}.svc:{port}/metrics"
+    prometheus_url: str | None = None
+    resync_interval: float = 300.0
+    poison_event_interval: float = 60.0
+    liveness: str | None = None
+    render: RenderOptions = field(default_factory=RenderOptions)
+
+
+class Context:
+    """What every handler shares (reached through Kopf's `memo.ctx`)."""
+
+    def __init__(self, options: Options, kube_client: kube.Kube):
+        self.options = options
+        self.kube = kube_client
+        self.registry = Registry()
+        self.metrics = OperatorMetrics(self.registry)
+        self.syncer = Syncer(self)
+        self.devrunner: DevRunner | None = None
+        # PoisonPolicy specs and which consumers use each policy, from the watch streams.
+        self.policies: dict[tuple[str, str], dict[str, Any]] = {}
+        self.users: dict[tuple[str, str], set[str]] = {}
+        self._uses: dict[tuple[str, str], str] = {}  # (namespace, consumer) -> policy
+        # Who posts Events (reportingInstance): the pod name in a cluster.
+        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
+        self.identity = own_identity()
+        self.peering = PeeringGate(kube_client, name=options.peering, namespaces=options.namespaces,
+                                   identity=self.identity, priority=options.priority)
+
+
+    def note_user(self, namespace: str, consumer: str, policy: str | None) -> None:
+        old = self._uses.pop((namespace, consumer), None)
+        if old is not None:
+            self.users.get((namespace, old), set()).discard(consumer)
+        if policy is not None:
+            self._uses[(namespace, consumer)] = policy
+            self.users.setdefault((namespace, policy), set()).add(consumer)
+
+    async def policy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The policy's spec from the watch cache; one GET when the cache has not seen it
+        (yet), so a consumer reconciled before its policy's event never reads "missing"."""
+        key = (namespace, name)
+        if key in self.policies:
+            return self.policies[key]
+        body = await self.kube.get(kube.POISON_POLICY, namespace, name) if name else None
+        if body is None:
+            return None
+        self.policies.setdefault(key, body.get("spec") or {})
+        return self.policies[key]
+
+
+class Syncer:
+    """Runs `sync_consumer` in the background, coalescing triggers: while one sync of a
+    consumer runs, further kicks collapse into one more run after it."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.again: dict[tuple[str, str], bool] = {}  # key -> verify
+
+    def kick(self, namespace: str, name: str, *, verify: bool = False, delay: float = 0.0) -> None:
+        key = (namespace, name)
+        if key in self.running:
+            self.again[key] = self.again.get(key, False) or verify
+            return
+        self.running[key] = asyncio.create_task(self._run(key, verify, delay), name=f"sync {key}")
+
+    async def _run(self, key: tuple[str, str], verify: bool, delay: float) -> None:
+        failures = 0
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+            while True:
+                try:
+                    await sync_consumer(self.ctx, *key, verify=verify)
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:  # noqa: BLE001 - retried with backoff, level-based
+                    failures += 1
+                    self.ctx.metrics.errors.labels("sync").inc()
+                    log.warning("sync of %s/%s failed (%s); retrying", *key, _brief(err))
+                    await asyncio.sleep(min(2 ** failures, 60))
+                    self.again[key] = True
+                if key not in self.again:
+                    return
+                verify = self.again.pop(key)
+        finally:
+            self.running.pop(key, None)
+            self.again.pop(key, None)
+
+    async def close(self) -> None:
+        tasks = list(self.running.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _brief(err: BaseException) -> str:
+    if isinstance(err, ApiException):
+        return f"HTTP {err.status} {err.reason}"
+    return f"{type(err).__name__}: {err}"
+
+
+def object_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {"apiVersion": body.get("apiVersion", API_VERSION), "kind": body.get("kind", "QueueConsumer"),
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]}}
+
+
+async def post_event(ctx: Context, regarding: Mapping[str, Any], e: Event) -> None:
+    """Best effort, like every Kubernetes Event: a failure is logged, never retried into
+    a duplicate."""
+    try:
+        await ctx.kube.post_event(regarding, type=e.type, reason=e.reason, message=e.message,
+                                  component="antidote-operator", instance=ctx.instance)
+        ctx.metrics.events.labels(e.reason).inc()
+    except Exception as err:  # noqa: BLE001
+        ctx.metrics.errors.labels("event").inc()
+        log.warning("could not post Event %s about %s: %s", e.reason, regarding["metadata"]["name"], _brief(err))
+
+
+def render_key(owner: Mapping[str, Any], settings: Any, opts: RenderOptions) -> str:
+    """Everything the children are built from, replicas aside (scaling alone takes the
+    one-patch path)."""
+    meta = owner["metadata"]
+    text = json.dumps([meta.get("uid"), meta.get("labels") or {}, repr(opts)], sort_keys=True)
+    return hashlib.sha256(text.encode() + settings.model_dump_json().encode()).hexdigest()
+
+
+async def sync_consumer(ctx: Context, namespace: str, name: str, *,
+                        body: Mapping[str, Any] | None = None, verify: bool = False) -> None:
+    st = ctx.registry.get(namespace, name)
+    async with st.lock:
+        for attempt in range(8):
+            # First the freshest body at hand (the handler's, or the watch stream's): the
+            # status write is conditional on its resourceVersion, so a stale one only costs
+            # a retry with a GET.
+            seen = body if body is not None else st.body
+            qc = dict(seen) if seen is not None and attempt == 0 else await ctx.kube.get(
+                kube.QUEUE_CONSUMER, namespace, name)
+            if qc is None:
+                ctx.registry.forget(namespace, name)
+                return
+            meta = qc["metadata"]
+            if meta.get("deletionTimestamp"):
+                return  # the delete handler removes the children
+            if await _sync_once(ctx, st, qc, verify):
+                ctx.metrics.reconciles.labels("QueueConsumer", "ok").inc()
+                return
+            ctx.metrics.reconciles.labels("QueueConsumer", "conflict").inc()
+        raise kopf.TemporaryError(f"{namespace}/{name} kept changing while being reconciled", delay=1)
+
+
+async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify: bool) -> bool:
+    """One observe-decide-act pass; False when the status write lost a race (re-read)."""
+    meta = qc["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    spec = qc.get("spec") or {}
+    st.uid = meta.get("uid")
+    policy = await ctx.policy(ns, (spec.get("policyRef") or {}).get("name", ""))
+    if st.deployment is None:
+        # Not seen on the watch yet (a restart): read it, or Ready would flap to Starting.
+        dep = await ctx.kube.get(kube.DEPLOYMENT, ns, builders.names(name).deployment)
+        if dep is not None:
+            st.deployment = deployment_view(dep)
+    d = decide(Inputs(
+        name=name, namespace=ns, generation=int(meta.get("generation", 1)), spec=spec,
+        annotations=meta.get("annotations") or {}, status=qc.get("status") or {}, policy=policy,
+        now=datetime.now(timezone.utc), deployment=st.deployment, sample=st.sample,
+        termination=st.termination, poison=st.poison,
+        poison_event_interval=ctx.options.poison_event_interval))
+
+    # Act on the Deployment first: scaling to 0 is what protects the queue.
+    opts = ctx.options.render
+    rendered = False
+    if d.settings is not None and d.replicas is not None:
+        # Building the children is the costly part of a sync; the inputs' key says whether
+        # they can differ from what this process last applied.
+        key = render_key(qc, d.settings, opts)
+        if verify or key != st.rendered:
+            children = builders.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
+            for child in children:
+                action = await kube.apply(ctx.kube, child)
+                if action != "unchanged":
+                    ctx.metrics.child_writes.labels(child["kind"], action).inc()
+                    log.info("%s %s %s/%s", action, child["kind"], ns, child["metadata"]["name"])
+            st.rendered, rendered = key, True
+            _observe_scale(ctx, st, d.replicas)
+    if not rendered and d.replicas is not None and (
+            st.deployment is None or st.deployment.replicas != d.replicas):
+        # Only the replicas differ (pause, disable, resume), or the configuration is broken
+        # but scaling needs none of it: one small patch, the fast path of a disable.
+        dep = await ctx.kube.patch(kube.DEPLOYMENT, ns, builders.names(name).deployment,
+                                   {"spec": {"replicas": d.replicas}}, urgent=d.replicas == 0)
+        if dep is not None:
+            _observe_scale(ctx, st, d.replicas)
+    st.desired_replicas = d.replicas
+
+    patch = status_patch(qc.get("status"), d.status)
+    if patch:
+        try:
+            await ctx.kube.patch(kube.QUEUE_CONSUMER, ns, name,
+                                 {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch},
+                                 subresource="status")
+        except kube.Conflict:
+            return False
+    # Events only after the status that records their transition is stored: a retry or a
+    # restarted operator compares against it and does not post them again.
+    ref = object_ref(qc)
+    for e in d.events:
+        await post_event(ctx, ref, e)
+        log.log(logging.WARNING if e.type == "Warning" else logging.INFO, "%s/%s %s: %s",
+                ns, name, e.reason, e.message)
+        if e.reason == "QueueDisabled":
+            ctx.metrics.pauses.labels(d.disabled or "Unknown").inc()
+        elif e.reason == "Paused":
+            ctx.metrics.pauses.labels("UserRequested").inc()
+        elif e.reason == "Resumed" and d.resumed:
+            ctx.metrics.resumes.labels("Probing" if isinstance(d.probe, str) else "Resumed").inc()
+    st.poison, st.recheck_at = d.poison, d.recheck_at
+    st.conditions = {c["type"]: c["status"] for c in d.status.get("conditions", [])}
+    if d.resumed:
+        # What the stopped driver last reported belongs to the disabled run.
+        st.sample, st.termination = None, None
+
+    annotations: dict[str, str | None] = {}
+    if d.consume_resume:
+        annotations[RESUME_ANNOTATION] = None
+    if d.probe is not False:
+        annotations[PROBE_ANNOTATION] = d.probe  # type: ignore[assignment]
+    if annotations:
+        await ctx.kube.patch(kube.QUEUE_CONSUMER, ns, name, {"metadata": {"annotations": annotations}})
+    return True
+
+
+def _observe_scale(ctx: Context, st: ConsumerState, replicas: int) -> None:
+    available = st.deployment.available if st.deployment else 0
+    st.deployment = DeploymentView(replicas=replicas, available=min(available, replicas))
+    if replicas == 0 and st.disabled_seen_at is not None:
+        ctx.metrics.disable_seconds.observe(time.monotonic() - st.disabled_seen_at)
+        st.disabled_seen_at = None
+
+
+# --- children, deleted explicitly --------------------------------------------------------
+
+DELETE_ORDER = (("Deployment", "deployment"), ("Service", "service"), ("RoleBinding", "role_binding"),
+                ("Role", "role"), ("ServiceAccount", "service_account"), ("ConfigMap", "configmap"))
+
+
+async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> list[str]:
+    """Delete the children owned by consumer `uid`; returns what was deleted.
+
+    A real cluster's garbage collector would do this through the owner references; the
+    local stack runs no kube-controller-manager, so the operator does it itself (on a real
+    cluster this only comes first). Objects of the same name owned by others are left.
+    """
+    n = builders.names(name)
+    deleted = []
+    for kind_name, attr in DELETE_ORDER:
+        kind = kube.BY_KIND[kind_name]
+        child_name = getattr(n, attr)
+        obj = await ctx.kube.get(kind, namespace, child_name)
+        if obj is None:
+            continue
+        owners = obj.get("metadata", {}).get("ownerReferences") or []
+        if not any(o.get("uid") == uid for o in owners):
+            continue
+        if await ctx.kube.delete(kind, namespace, child_name):
+            deleted.append(f"{kind_name}/{child_name}")
+    return deleted
+
+
+# --- Deployments and Pods: what the consumer's driver is doing ----------------------------
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def dev_runner_termination(annotations: Mapping[str, str]) -> Termination | None:
+    raw = annotations.get(DEV_RUNNER_EXIT)
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        at = _time(doc.get("finishedAt"))
+        return Termination(int(doc["exitCode"]), at, "dev-runner") if at else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def pod_termination(pod: Mapping[str, Any]) -> Termination | None:
+    """The driver container's latest termination (state or lastState), as the kubelet reports it."""
+    best: Termination | None = None
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != builders.CONTAINER:
+            continue
+        for where in ("state", "lastState"):
+            term = (cs.get(where) or {}).get("terminated")
+            at = _time((term or {}).get("finishedAt"))
+            if term and at and "exitCode" in term and (best is None or at > best.finished_at):
+                best = Termination(int(term["exitCode"]), at, "pod")
+    return best
+
+
+def note_termination(ctx: Context, st: ConsumerState, term: Termination | None) -> bool:
+    if term is None or (st.termination is not None and term.finished_at <= st.termination.finished_at):
+        return False
+    st.termination = term
+    if term.reason is not None:
+        st.disabled_seen_at = time.monotonic()
+    return True
+
+
+def deployment_view(body: Mapping[str, Any]) -> DeploymentView:
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    return DeploymentView(replicas=int(spec.get("replicas", 1)),
+                          available=int(status.get("availableReplicas", 0) or 0))
+
+
+def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
+    meta = body.get("metadata", {})
+    ns = meta.get("namespace")
+    consumer = (meta.get("labels") or {}).get(LABEL_CONSUMER)
+    if not ns or not consumer:
+        return
+    if ctx.devrunner is not None:
+        ctx.devrunner.observe(body, deleted)
+    st = ctx.registry.peek(ns, consumer)
+    if st is None:
+        return  # not a consumer this operator knows (yet): its handlers will sync it
+    if deleted:
+        st.deployment, st.rendered = None, None
+        ctx.syncer.kick(ns, consumer, verify=True)  # recreated unless the consumer is going
+        return
+    view = deployment_view(body)
+    annotations = meta.get("annotations") or {}
+    changed = view != st.deployment
+    st.deployment = view
+    url = annotations.get(DEV_RUNNER_METRICS)
+    if url != st.metrics_url:
+        st.metrics_url = url
+    changed |= note_termination(ctx, st, dev_runner_termination(annotations))
+    if changed or (st.desired_replicas is not None and view.replicas != st.desired_replicas):
+        ctx.syncer.kick(ns, consumer)
+
+
+def on_pod(ctx: Context, body: Mapping[str, Any]) -> None:
+    meta = body.get("metadata", {})
+    ns, consumer = meta.get("namespace"), (meta.get("labels") or {}).get(LABEL_CONSUMER)
+    st = ctx.registry.peek(ns, consumer) if ns and consumer else None
+    if st is not None and note_termination(ctx, st, pod_termination(body)):
+        ctx.syncer.kick(ns, consumer)

@@ -1,0 +1,465 @@
+"""What a QueueConsumer's status, replicas and Events should be: one pure function.
+
+`decide` takes everything the operator knows about one consumer (its spec and current
+status, the policy, the Deployment, the last metrics sample, the last termination of its
+driver) and returns the new status, the replicas, the effective settings and the Events
+to post. Events are derived from condition transitions against the status stored in the
+API server, so an operator restart (which re-reads that status) posts nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import ValidationError
+
+from antidote_api.base import explain
+from antidote_api.conditions import Condition, ConditionType, condition, find_condition, set_condition
+from antidote_api.consumer import Counts, LastPoison, QueueConsumerSpec, QueueConsumerStatus
+from antidote_api.policy import PoisonPolicySpec
+from antidote_api.semantics import EffectiveSettings, resolve
+
+RESUME_ANNOTATION = "antidote.dev/resume"
+PROBE_ANNOTATION = "antidote.dev/probe"
+
+# `antidote consumer` exit codes that mean "I disabled my queue", and why.
+EXIT_REASONS = {3: "ConsecutiveBatchFailures", 4: "SystemicFailure", 5: "Fault"}
+DISABLE_REASONS = frozenset(EXIT_REASONS.values())
+CONFIG_REASONS = ("InvalidSpec", "PolicyNotFound", "PolicyInvalid")
+OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
+POISON_REASONS = {"max-attempts": "MaxAttempts", "non-retryable": "NonRetryable",
+                  "validation": "Validation", "batch-isolation": "BatchIsolation"}
+
+READY, PAUSED = ConditionType.READY.value, ConditionType.PAUSED.value
+DISABLED, POISON = ConditionType.QUEUE_DISABLED.value, ConditionType.POISON_DETECTED.value
+
+
+# --- what the operator observes -------------------------------------------------------
+
+@dataclass(frozen=True)
+class LastPoisonSample:
+    time: datetime
+    reason: str
+    error_class: str | None
+    topic: str
+    partition: int
+    offset: int
+    disposition: str | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of a consumer's metrics (a scrape of /metrics, or a PromQL answer)."""
+
+    at: datetime
+    counts: Mapping[str, int] = field(default_factory=dict)
+    consecutive: int | None = None
+    disabled: str | None = None  # the reason whose antidote_queue_disabled is 1
+    last_poison: LastPoisonSample | None = None
+    depths: Mapping[str, int] = field(default_factory=dict)  # topic kind -> records
+
+    def same_values(self, other: Sample | None) -> bool:
+        return other is not None and replace(other, at=self.at) == self
+
+
+@dataclass(frozen=True)
+class Termination:
+    """The driver process ended: from a Pod's container status, or the dev runner."""
+
+    exit_code: int
+    finished_at: datetime
+    source: str  # "pod" or "dev-runner"
+
+    @property
+    def reason(self) -> str | None:
+        return EXIT_REASONS.get(self.exit_code)
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    replicas: int
+    available: int
+
+
+@dataclass(frozen=True)
+class PoisonMemory:
+    """Rate-limit state of the aggregated PoisonDetected Event (in memory only: after a
+    restart the baseline is the count stored in status, so old poison is not re-announced)."""
+
+    baseline: int | None = None
+    last_event: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    name: str
+    namespace: str
+    generation: int
+    spec: Mapping[str, Any]
+    annotations: Mapping[str, str]
+    status: Mapping[str, Any]
+    policy: Mapping[str, Any] | None  # the PoisonPolicy's spec; None when it does not exist
+    now: datetime
+    deployment: DeploymentView | None = None
+    sample: Sample | None = None
+    termination: Termination | None = None
+    poison: PoisonMemory = PoisonMemory()
+    poison_event_interval: float = 60.0
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    settings: EffectiveSettings | None  # None: leave the children as they are
+    replicas: int | None  # None: leave the Deployment's replicas alone
+    status: dict[str, Any]  # the whole new status, wire form
+    events: list[Event]
+    disabled: str | None  # the QueueDisabled reason while disabled
+    newly_disabled: bool = False
+    resumed: bool = False
+    consume_resume: bool = False  # remove the resume annotation
+    probe: str | None | bool = False  # False: leave the probe annotation; None: remove; str: set
+    poison: PoisonMemory = PoisonMemory()
+    recheck_at: datetime | None = None  # when to decide again without new observations
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+def parse_status(raw: Mapping[str, Any] | None) -> QueueConsumerStatus:
+    try:
+        return QueueConsumerStatus.model_validate(dict(raw or {}))
+    except ValidationError:
+        # A status this version cannot read is rebuilt rather than blocking the consumer.
+        return QueueConsumerStatus()
+
+
+def status_wire(status: QueueConsumerStatus) -> dict[str, Any]:
+    return status.wire()
+
+
+def _lines(err: ValidationError, prefix: str) -> str:
+    return "; ".join(f"{prefix}{line}" for line in explain(err))
+
+
+def _fresh(at: datetime, resumed_at: datetime | None) -> bool:
+    # Condition times have second precision: evidence counts only from the second after a
+    # resume, so a sample or exit from before the resume never disables again.
+    return resumed_at is None or at >= resumed_at + timedelta(seconds=1)
+
+
+WHY = {
+    "ConsecutiveBatchFailures": "whole batches kept failing (queueDisable.consecutiveBatchFailures "
+                                "reached{threshold}) and no single message could be isolated",
+    "SystemicFailure": "most messages fail (queueDisable.failureRatio{ratio}): a systemic fault "
+                       "such as a downstream outage, so nothing was quarantined and the batch "
+                       "stays unconsumed",
+    "Fault": "a poison message under disposition Fault stopped the consumer{where}; it and the "
+             "messages after it stay unconsumed",
+}
+
+
+def disable_message(reason: str, evidence: str, name: str, policy: PoisonPolicySpec | None,
+                    sample: Sample | None) -> str:
+    threshold = ratio = where = ""
+    if policy is not None:
+        qd = policy.queue_disable
+        threshold = f" {qd.consecutive_batch_failures}"
+        ratio = f" threshold {qd.failure_ratio.threshold:g} over {qd.failure_ratio.window}"
+    if sample is not None and sample.last_poison is not None:
+        lp = sample.last_poison
+        where = f" at {lp.topic}/{lp.partition}/{lp.offset}"
+    why = WHY[reason].format(threshold=threshold, ratio=ratio, where=where)
+    return (f"Queue disabled ({reason}): {why}; {evidence}. The Deployment is scaled to 0. "
+            f"Fix the cause, then resume: set spec.paused to false and annotate "
+            f"{RESUME_ANNOTATION}=<anything> (or run `antidote resume {name}`).")
+
+
+def _counts(sample: Sample) -> Counts:
+    c = {k: int(sample.counts.get(k, 0)) for k in OUTCOMES}
+    return Counts(**c, poisoned=c["moved"] + c["rejected"] + c["dropped"])
+
+
+def _poison_summary(counts: Counts, last: LastPoison | None) -> str:
+    parts = [f"{n} {k}" for k, n in (("moved", counts.moved), ("rejected", counts.rejected),
+                                     ("dropped", counts.dropped)) if n]
+    text = f"{counts.poisoned} message(s) got a disposition ({', '.join(parts)})"
+    if last is not None:
+        err = f", {last.error_class}" if last.error_class else ""
+        text += (f"; last at {last.time.isoformat().replace('+00:00', 'Z')}: {last.topic}/"
+                 f"{last.partition}/{last.offset} ({last.reason}{err})")
+    return text
+
+
+# --- the decision ------------------------------------------------------------------------
+
+def decide(i: Inputs) -> Decision:  # noqa: C901 - one readable pass over the conditions
+    now = i.now.replace(microsecond=0)
+    gen = i.generation
+    cur = parse_status(i.status)
+    conds: list[Condition] = list(cur.conditions or [])
+    events: list[Event] = []
+
+    def put(type_: str, status: bool, reason: str, message: str = "") -> None:
+        nonlocal conds
+        conds = set_condition(conds, condition(type_, status, reason, message, gen, now), now)
+
+    def was(type_: str) -> Condition | None:
+        return find_condition(cur.conditions or [], type_)
+
+    # 1. Configuration: the spec, the policy, and what they resolve to.
+    problem: tuple[str, str] | None = None
+    settings: EffectiveSettings | None = None
+    policy: PoisonPolicySpec | None = None
+    ref = (i.spec.get("policyRef") or {}).get("name", "")
+    try:
+        spec = QueueConsumerSpec.model_validate(dict(i.spec))
+    except ValidationError as err:
+        spec = None
+        problem = ("InvalidSpec", f"The QueueConsumer is invalid: {_lines(err, 'spec.')}")
+    if i.policy is None:
+        problem = problem or ("PolicyNotFound",
+                              f'PoisonPolicy "{ref}" does not exist in namespace "{i.namespace}"; '
+                              "the consumer starts once it does.")
+    else:
+        try:
+            policy = PoisonPolicySpec.model_validate(dict(i.policy))
+        except ValidationError as err:
+            problem = problem or ("PolicyInvalid",
+                                  f'PoisonPolicy "{ref}" is invalid: {_lines(err, "spec.")}')
+    if problem is None and spec is not None and policy is not None:
+        try:
+            settings = resolve(spec, policy, name=i.name, namespace=i.namespace)
+        except (ValueError, ValidationError) as err:
+            problem = ("InvalidSpec", f"The QueueConsumer cannot run under PoisonPolicy "
+                                      f'"{ref}": {err}')
+
+    # 2. Resume: by annotation, or by the policy's autoResume after its delay.
+    qd = was(DISABLED)
+    disabled = qd is not None and qd.status == "True"
+    disabled_reason = qd.reason if disabled and qd is not None else None
+    # Evidence older than the last resume belongs to the run that was disabled.
+    resumed_at = qd.last_transition_time if qd is not None and qd.status != "True" \
+        and qd.reason != "QueueEnabled" else None
+    consume_resume = RESUME_ANNOTATION in i.annotations
+    resumed = False
+    probe: str | None | bool = False
+    paused = bool(i.spec.get("paused", False))
+    auto = policy.queue_disable.auto_resume if policy is not None else None
+    recheck_at: datetime | None = None
+    if disabled and consume_resume:
+        put(DISABLED, False, "Resumed", f"Re-enabled by the {RESUME_ANNOTATION} annotation.")
+        events.append(Event("Normal", "Resumed", f"Queue re-enabled by the {RESUME_ANNOTATION} "
+                             "annotation" + (" (still paused: spec.paused is true)." if paused
+                                             else "; the consumer starts again.")))
+        disabled, disabled_reason, resumed, resumed_at = False, None, True, now
+    elif disabled and auto is not None and qd is not None:
+        due = qd.last_transition_time + timedelta(seconds=auto.after.seconds)
+        if now >= due:
+            put(DISABLED, False, "Probing",
+                f"Auto-resumed after {auto.after} (queueDisable.autoResume): probing with "
+                f"{auto.probe_messages} message(s); the first failure disables it again.")
+            events.append(Event("Normal", "Resumed", f"Queue auto-resumed after {auto.after}: "
+                                f"probing with {auto.probe_messages} message(s)."))
+            disabled, disabled_reason, resumed, resumed_at = False, None, True, now
+            base = cur.counts.processed if cur.counts else 0
+            probe = str(base)
+        else:
+            recheck_at = due
+
+    # 3. Disable: the consumer stops itself; its metrics or its exit code say why.
+    newly_disabled = False
+    if not disabled:
+        evidence: tuple[str, str] | None = None
+        s, t = i.sample, i.termination
+        if s is not None and s.disabled in DISABLE_REASONS and _fresh(s.at, resumed_at):
+            evidence = (s.disabled, "the consumer's metrics report it (antidote_queue_disabled)")
+        elif t is not None and t.reason is not None and _fresh(t.finished_at, resumed_at):
+            where = "its pod" if t.source == "pod" else "the dev runner's process"
+            evidence = (t.reason, f"the consumer exited with code {t.exit_code} ({where})")
+        if evidence is not None:
+            reason, how = evidence
+            message = disable_message(reason, how, i.name, policy, s)
+            put(DISABLED, True, reason, message)
+            events.append(Event("Warning", "QueueDisabled", message))
+            disabled, disabled_reason, newly_disabled = True, reason, True
+            if PROBE_ANNOTATION in i.annotations:
+                probe = None
+            if auto is not None:
+                recheck_at = now + timedelta(seconds=auto.after.seconds)
+    if find_condition(conds, DISABLED) is None:
+        put(DISABLED, False, "QueueEnabled", "The queue is enabled.")
+
+    # 3b. A half-open probe passes once it processed its messages without disabling again.
+    probing = PROBE_ANNOTATION in i.annotations or isinstance(probe, str)
+    if probing and not disabled and auto is not None and settings is not None:
+        start = probe if isinstance(probe, str) else i.annotations.get(PROBE_ANNOTATION, "0")
+        try:
+            base = int(start)
+        except ValueError:
+            base = 0
+        processed = int(i.sample.counts.get("processed", 0)) if i.sample else 0
+        if i.sample is not None and not isinstance(probe, str) and processed >= base + auto.probe_messages:
+            put(DISABLED, False, "ProbeSucceeded",
+                f"The probe processed {processed - base} message(s); consuming normally again.")
+            events.append(Event("Normal", "ProbeSucceeded", "The auto-resume probe passed; "
+                                "consuming normally again."))
+            probe, probing = None, False
+    if probing and settings is not None and auto is not None and not disabled:
+        # The probe is the normal consumer with a hair trigger: small batches, and the
+        # first failed batch or failing window disables the queue again.
+        qd_probe = settings.queue_disable.model_copy(update={
+            "consecutive_batch_failures": 1,
+            "failure_ratio": settings.queue_disable.failure_ratio.model_copy(
+                update={"min_messages": auto.probe_messages})})
+        settings = settings.model_copy(update={
+            "queue_disable": qd_probe,
+            "source": settings.source.model_copy(
+                update={"max_messages_per_batch": min(settings.source.max_messages_per_batch,
+                                                      auto.probe_messages)})})
+
+    # 4. Replicas: one driver, unless paused or disabled.
+    if paused or disabled:
+        replicas: int | None = 0
+    else:
+        replicas = 1 if settings is not None else None
+
+    # 5. Paused.
+    before = was(PAUSED)
+    if paused:
+        put(PAUSED, True, "UserRequested", "spec.paused is true: the Deployment is scaled to 0.")
+        if before is None or (before.status, before.reason) != ("True", "UserRequested"):
+            events.append(Event("Normal", "Paused", "Paused by spec.paused: the Deployment is "
+                                                    "scaled to 0."))
+    elif disabled:
+        put(PAUSED, True, "QueueDisabled", f"The queue is disabled ({disabled_reason}).")
+    else:
+        put(PAUSED, False, "NotPaused", "")
+        if before is not None and (before.status, before.reason) == ("True", "UserRequested") \
+                and not resumed:
+            events.append(Event("Normal", "Resumed", "spec.paused is false: consuming again."))
+
+    # 6. Ready.
+    before = was(READY)
+    if problem is not None:
+        put(READY, False, *problem)
+        if before is None or (before.reason, before.message) != problem:
+            events.append(Event("Warning", problem[0], problem[1]))
+    elif paused:
+        put(READY, False, "Paused", "Paused by spec.paused.")
+    elif disabled:
+        put(READY, False, disabled_reason or "QueueDisabled",
+            f"The queue is disabled ({disabled_reason}); see the QueueDisabled condition.")
+    elif i.deployment is not None and i.deployment.available >= 1:
+        put(READY, True, "Running", "The driver is running.")
+    else:
+        put(READY, False, "Starting", "Waiting for the driver Deployment to become available.")
+
+    # 7. What the metrics say.
+    counts, consecutive, last = cur.counts, cur.consecutive_batch_failures, cur.last_poison
+    if i.sample is not None:
+        counts = _counts(i.sample)
+        consecutive = i.sample.consecutive if i.sample.consecutive is not None else consecutive
+        lp = i.sample.last_poison
+        if lp is not None:
+            disposition = lp.disposition or (policy.disposition if policy else None) or (
+                last.disposition if last else "Move")
+            try:
+                last = LastPoison(time=lp.time.replace(microsecond=0), reason=lp.reason,
+                                  error_class=lp.error_class or None, disposition=disposition,
+                                  topic=lp.topic, partition=lp.partition, offset=lp.offset)
+            except ValidationError:
+                pass  # keep the previous one rather than write a malformed one
+
+    # 8. PoisonDetected, and its aggregated, rate-limited Event.
+    poisoned = counts.poisoned if counts else 0
+    memory = i.poison
+    baseline = memory.baseline if memory.baseline is not None else (
+        cur.counts.poisoned if cur.counts else 0)
+    if poisoned == 0:
+        put(POISON, False, "NoPoison", "No message has got a disposition.")
+    else:
+        assert counts is not None
+        kinds = i.sample.depths if i.sample is not None else {}
+        waiting = [kinds[k] for k in ("poison", "dlq") if k in kinds]
+        disposition = last.disposition if last else (policy.disposition if policy else "Move")
+        if waiting and sum(waiting) == 0 and disposition in ("Move", "Reject"):
+            put(POISON, False, "Drained", _poison_summary(counts, last)
+                + "; the poison and dead-letter topics are empty now.")
+        else:
+            reason = POISON_REASONS.get(last.reason, "PoisonMessages") if last else "PoisonMessages"
+            put(POISON, True, reason, _poison_summary(counts, last) + ".")
+    if poisoned > baseline:
+        interval = timedelta(seconds=i.poison_event_interval)
+        if memory.last_event is None or now >= memory.last_event + interval:
+            assert counts is not None
+            events.append(Event("Warning", "PoisonDetected",
+                                f"{poisoned - baseline} new poison message(s): "
+                                + _poison_summary(counts, last) + "."))
+            memory = PoisonMemory(baseline=poisoned, last_event=now)
+        else:
+            memory = PoisonMemory(baseline=baseline, last_event=memory.last_event)
+            due = memory.last_event + interval  # type: ignore[operator]
+            recheck_at = due if recheck_at is None else min(recheck_at, due)
+    else:
+        memory = PoisonMemory(baseline=poisoned, last_event=memory.last_event)
+
+    order = {READY: 0, PAUSED: 1, DISABLED: 2, POISON: 3}
+    conds.sort(key=lambda c: order.get(c.type, 9))
+    new = QueueConsumerStatus(
+        observed_generation=gen, conditions=conds, counts=counts,
+        consecutive_batch_failures=consecutive, last_poison=last, reader_jobs=cur.reader_jobs)
+    return Decision(settings=settings, replicas=replicas, status=status_wire(new), events=events,
+                    disabled=disabled_reason if disabled else None, newly_disabled=newly_disabled,
+                    resumed=resumed, consume_resume=consume_resume, probe=probe, poison=memory,
+                    recheck_at=recheck_at)
+
+
+def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch turning status `old` into `new` (lists replaced whole); {} if equal."""
+    old_norm = status_wire(parse_status(old))
+    patch: dict[str, Any] = {k: v for k, v in new.items() if old_norm.get(k) != v}
+    patch.update({k: None for k in old_norm if k not in new})
+    return patch
+
+
+# --- PoisonPolicy status -------------------------------------------------------------------
+
+def policy_status(spec: Mapping[str, Any], status: Mapping[str, Any] | None, generation: int,
+                  now: datetime | None = None) -> tuple[dict[str, Any], Event | None]:
+    """The PoisonPolicy's status (maxAttempts feeds its Attempts column) and a Warning
+    Event when it turns invalid."""
+    from antidote_api.policy import PoisonPolicyStatus
+    from antidote_api.semantics import max_attempts
+
+    now = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    try:
+        cur = PoisonPolicyStatus.model_validate(dict(status or {}))
+    except ValidationError:
+        cur = PoisonPolicyStatus()
+    conds = list(cur.conditions or [])
+    before = find_condition(conds, READY)
+    event = None
+    try:
+        policy = PoisonPolicySpec.model_validate(dict(spec))
+    except ValidationError as err:
+        message = f"The PoisonPolicy is invalid: {_lines(err, 'spec.')}"
+        conds = set_condition(conds, condition(READY, False, "PolicyInvalid", message, generation, now), now)
+        if before is None or (before.reason, before.message) != ("PolicyInvalid", message):
+            event = Event("Warning", "PolicyInvalid", message)
+        attempts = cur.max_attempts
+    else:
+        attempts = max_attempts(policy)
+        message = (f"Valid; a failing message is attempted {attempts} time(s), then "
+                   f"{policy.disposition}.")
+        conds = set_condition(conds, condition(READY, True, "Valid", message, generation, now), now)
+    new = PoisonPolicyStatus(observed_generation=generation, max_attempts=attempts, conditions=conds)
+    return new.wire(), event

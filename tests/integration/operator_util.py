@@ -1,0 +1,203 @@
+"""Running `antidote operator` as a subprocess against the real stack, and reading what it
+wrote (objects, conditions, Events) through the API server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+ANTIDOTE = str(Path(sys.executable).with_name("antidote"))
+GROUP, VERSION = "antidote.dev", "v1alpha1"
+T = TypeVar("T")
+
+
+def install_crds(api_client: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api_client)
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    objs = client.CustomObjectsApi(api_client)
+    wait_for(lambda: objs.list_namespaced_custom_object(GROUP, VERSION, "default", "queueconsumers")
+             is not None and objs.list_namespaced_custom_object(GROUP, VERSION, "default", "poisonpolicies")
+             is not None, "CRDs to be served", errors=(ApiException,))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(fn: Callable[[], T], what: str, timeout: float = 60.0, interval: float = 0.2,
+             errors: tuple[type[BaseException], ...] = ()) -> T:
+    """Poll `fn` until it returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = fn()
+            if last:
+                return last
+        except errors as err:
+            last = err
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+class Operator:
+    """`antidote operator -n NS` as a subprocess; stopped with SIGTERM like a pod."""
+
+    def __init__(self, kubeconfig: str, namespace: str, log_path: Path, *extra: str,
+                 env: dict[str, str] | None = None):
+        self.metrics_port = free_port()
+        self.argv = [ANTIDOTE, "operator", "--namespace", namespace, "--metrics-port", str(self.metrics_port),
+                     "--scrape-interval", "0.5", "--poison-event-interval", "5", *extra]
+        self.env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Operator:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        log.close()
+        return self
+
+    def stop(self, timeout: float = 90.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@contextmanager
+def operator(kubeconfig: str, namespace: str, tmp_path: Path, *extra: str, **kw: Any) -> Iterator[Operator]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    op = Operator(kubeconfig, namespace, tmp_path / "operator.log", *extra, **kw).start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+class Cluster:
+    """Reading and writing Antidote's kinds and the children in one namespace."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str):
+        self.ns = namespace
+        self.objs = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
+
+    # Antidote's kinds
+    def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+        plural = {"PoisonPolicy": "poisonpolicies", "QueueConsumer": "queueconsumers"}[doc["kind"]]
+        doc = {"apiVersion": f"{GROUP}/{VERSION}", **doc}
+        return self.objs.create_namespaced_custom_object(GROUP, VERSION, self.ns, plural, doc)
+
+    def qc(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.objs.get_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def ppol(self, name: str) -> dict[str, Any]:
+        return self.objs.get_namespaced_custom_object(GROUP, VERSION, self.ns, "poisonpolicies", name)
+
+    def patch(self, plural: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.objs.patch_namespaced_custom_object(GROUP, VERSION, self.ns, plural, name, body)
+
+    def delete(self, plural: str, name: str) -> None:
+        self.objs.delete_namespaced_custom_object(GROUP, VERSION, self.ns, plural, name)
+
+    def conditions(self, name: str) -> dict[str, dict[str, Any]]:
+        qc = self.qc(name) or {}
+        return {c["type"]: c for c in (qc.get("status") or {}).get("conditions", [])}
+
+    def condition(self, name: str, type_: str) -> tuple[str, str] | None:
+        c = self.conditions(name).get(type_)
+        return (c["status"], c["reason"]) if c else None
+
+    def wait_condition(self, name: str, type_: str, status: str, reason: str | None = None,
+                       timeout: float = 60.0) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            c = self.conditions(name).get(type_)
+            ok = c is not None and c["status"] == status and (reason is None or c["reason"] == reason)
+            return c if ok else None
+        return wait_for(check, f"{name}: {type_}={status} {reason or ''}", timeout)
+
+    def events(self, name: str) -> list[Any]:
+        evs = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items
+        # eventTime has microseconds; creationTimestamp only seconds.
+        return sorted(evs, key=lambda e: e.event_time or e.metadata.creation_timestamp)
+
+    def event_reasons(self, name: str) -> list[str]:
+        return [e.reason for e in self.events(name)]
+
+    # children
+    def deployment(self, name: str) -> Any:
+        try:
+            return self.apps.read_namespaced_deployment(name, self.ns)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def replicas(self, name: str) -> int | None:
+        d = self.deployment(name)
+        return None if d is None else d.spec.replicas
+
+    def children(self, consumer: str) -> dict[str, list[str]]:
+        """Every object labelled for `consumer`, by kind (to count duplicates)."""
+        sel = f"antidote.dev/consumer={consumer}"
+        return {
+            "ConfigMap": [o.metadata.name for o in self.core.list_namespaced_config_map(self.ns, label_selector=sel).items],
+            "ServiceAccount": [o.metadata.name for o in self.core.list_namespaced_service_account(self.ns, label_selector=sel).items],
+            "Role": [o.metadata.name for o in self.rbac.list_namespaced_role(self.ns, label_selector=sel).items],
+            "RoleBinding": [o.metadata.name for o in self.rbac.list_namespaced_role_binding(self.ns, label_selector=sel).items],
+            "Service": [o.metadata.name for o in self.core.list_namespaced_service(self.ns, label_selector=sel).items],
+            "Deployment": [o.metadata.name for o in self.apps.list_namespaced_deployment(self.ns, label_selector=sel).items],
+        }
+
+
+def policy(name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"kind": "PoisonPolicy", "metadata": {"name": name}, "spec": spec or {}}
+
+
+def consumer(name: str, policy_name: str, bootstrap: str, topic: str, **spec: Any) -> dict[str, Any]:
+    body = {"policyRef": {"name": policy_name},
+            "source": {"kafka": {"bootstrapServers": bootstrap, "topic": topic}},
+            "handler": "tests.integration.handlers:upper", "checkpoint": {"location": f"/tmp/antidote-ckpt/{name}"}}
+    body.update(spec)
+    return {"kind": "QueueConsumer", "metadata": {"name": name}, "spec": body}
