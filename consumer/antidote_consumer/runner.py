@@ -95,7 +95,8 @@ class Consumer:
 
     # --- the retry pump -----------------------------------------------------------------
     def pump_once(self) -> tuple[int, int | None]:
-        """Process the retry records due now; returns (records processed, next due ms)."""
+        """Process the retry records due now; returns (records processed, next due ms).
+        Nothing processed and no next due time means no retry is pending."""
         if self.retry is None:
             return 0, None
         due = self.retry.read_due(self.runtime.ledger.state.positions, int(time.time() * 1000),
@@ -103,6 +104,8 @@ class Consumer:
         if due.rows:
             df = self.spark.createDataFrame(due.rows, INPUT_SCHEMA).select(*INPUT_COLUMNS)
             self.runtime.handle(df, positions=due.positions)
+        if due.incomplete and not due.rows:
+            return 0, int(time.time() * 1000)  # unknown yet: ask again at once, not idle
         return len(due.rows), due.next_due
 
     def _pump_loop(self) -> None:
