@@ -23,7 +23,9 @@ class Flaky:
     def __call__(self, msg: Message):
         self.calls += 1
         if self.calls <= self.n:
-            raise self.err
+            # A fresh exception per call, as real handlers raise (re-raising one instance
+            # would grow its traceback on every raise).
+            raise type(self.err)(*self.err.args)
         return msg.value
 
 
