@@ -90,6 +90,10 @@ def plain_map(batches):
 def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path) -> float:
     from pyspark.sql import functions as F
 
+    # Plain Spark runs with Spark's defaults, not with what an Antidote consumer set.
+    for key in ("spark.sql.execution.arrow.maxBytesPerBatch",
+                "spark.sql.execution.arrow.maxRecordsPerBatch"):
+        spark.conf.unset(key)
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", source).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", str(batch)).load()

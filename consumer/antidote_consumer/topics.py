@@ -33,6 +33,15 @@ def _inherited_config(admin: AdminClient, source: str) -> dict[str, str]:
     return {"max.message.bytes": entry.value} if entry is not None and entry.value else {}
 
 
+DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
+
+
+def max_message_bytes(admin: AdminClient, topic: str) -> int:
+    """The largest record `topic` accepts (its max.message.bytes)."""
+    value = _inherited_config(admin, topic).get("max.message.bytes")
+    return int(value) if value else DEFAULT_MAX_MESSAGE_BYTES
+
+
 def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: str) -> int:
     """Create what is missing; return the source's partition count."""
     n = partitions_of(admin, source)

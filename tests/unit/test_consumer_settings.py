@@ -46,3 +46,20 @@ def test_missing_and_non_mapping_files(tmp_path: Path) -> None:
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(SettingsError, match="expected a mapping"):
         load_settings(tmp_path / "list.yaml")
+
+
+def test_arrow_batching_turns_off_the_per_row_size_check_and_bounds_rows_by_message_size() -> None:
+    from antidote_consumer.runner import arrow_batching
+
+    small = arrow_batching(1_048_588)  # Kafka's default max.message.bytes
+    assert small["spark.sql.execution.arrow.maxBytesPerBatch"] == str(2**31 - 1)
+    assert small["spark.sql.execution.arrow.maxRecordsPerBatch"] == "255"
+    assert arrow_batching(1000)["spark.sql.execution.arrow.maxRecordsPerBatch"] == "10000"
+    assert arrow_batching(512 * 1024 * 1024)["spark.sql.execution.arrow.maxRecordsPerBatch"] == "1"
+
+
+def test_arrow_batching_leaves_what_the_user_set() -> None:
+    from antidote_consumer.runner import arrow_batching
+
+    conf = arrow_batching(1000, {"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    assert conf == {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
