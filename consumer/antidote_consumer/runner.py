@@ -92,12 +92,24 @@ class Consumer:
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry)) if t.retry else None
         self.query = None
         self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
+        self.retry_lock = threading.Lock()  # one reader of the retry topics at a time
+        self.last_source_batch = float("-inf")
 
     # --- the source query ---------------------------------------------------------------
     def _source_batch(self, df, batch_id: int) -> None:
         rows = df.select("key", "value", "topic", "partition", "offset",
                          F.unix_millis("timestamp").alias("ts"), "headers")
-        self.runtime.handle(rows, batch_id=batch_id)
+        # Retries that are due ride along with the source batch: one Spark job instead of
+        # two, and the same lock keeps the pump from reading them a second time.
+        with self.retry_lock:
+            due = self._read_due()
+            if due is not None and due.rows:
+                rows = rows.unionByName(self._due_frame(due))
+            try:
+                self.runtime.handle(rows, batch_id=batch_id,
+                                    positions=due.positions if due is not None else None)
+            finally:
+                self.last_source_batch = time.monotonic()
 
     def _start_query(self, until_idle: bool):
         src = self.s.source
@@ -115,22 +127,40 @@ class Consumer:
         return writer.start()
 
     # --- the retry pump -----------------------------------------------------------------
+    def _read_due(self):
+        if self.retry is None:
+            return None
+        return self.retry.read_due(self.runtime.ledger.state.positions, int(time.time() * 1000),
+                                   self.s.source.max_messages_per_batch)
+
+    def _due_frame(self, due):
+        return self.spark.createDataFrame(due.rows, INPUT_SCHEMA).select(*INPUT_COLUMNS)
+
     def pump_once(self) -> tuple[int, int | None]:
         """Process the retry records due now; returns (records processed, next due ms).
         Nothing processed and no next due time means no retry is pending."""
         if self.retry is None:
             return 0, None
-        due = self.retry.read_due(self.runtime.ledger.state.positions, int(time.time() * 1000),
-                                  self.s.source.max_messages_per_batch)
-        if due.rows:
-            df = self.spark.createDataFrame(due.rows, INPUT_SCHEMA).select(*INPUT_COLUMNS)
-            self.runtime.handle(df, positions=due.positions)
+        with self.retry_lock:
+            due = self._read_due()
+            if due.rows:
+                self.runtime.handle(self._due_frame(due), positions=due.positions)
         if due.incomplete and not due.rows:
             return 0, int(time.time() * 1000)  # unknown yet: ask again at once, not idle
         return len(due.rows), due.next_due
 
+    def _source_busy(self) -> bool:
+        """A source batch is running or just ran: it takes the due retries with it."""
+        if time.monotonic() - self.last_source_batch < self.interval + 0.5:
+            return True
+        q = self.query
+        return bool(q is not None and q.isActive and q.status.get("isTriggerActive"))
+
     def _pump_loop(self) -> None:
         while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):
+            if self._source_busy():
+                self.pump_stop.wait(self.interval)
+                continue
             try:
                 n, next_due = self.pump_once()
                 self.update_depths()

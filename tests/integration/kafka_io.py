@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from antidote_consumer.kafka_retry import retrying
+
 
 @dataclass(frozen=True)
 class Record:
@@ -48,7 +50,9 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0, missing_ok: bool
             return []
         assert md.error is None, f"topic {topic}: {md.error}"
         parts = sorted(md.partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+        ends = {p: retrying(lambda p=p: consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                                       timeout=timeout),
+                            f"topic {topic}: reading its offsets")[1]
                 for p in parts}
         todo = {p for p in parts if ends[p] > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in todo])
