@@ -210,6 +210,8 @@ class Consumer:
 
     def run(self, until_idle: bool = False) -> ExitCode:
         self.runtime.recover()
+        if self.runtime.disabled:
+            return self.runtime.disabled.exit_code
         self.update_depths()
         # Retries fall due while the source is still being read: the pump runs beside the
         # source query in both modes.

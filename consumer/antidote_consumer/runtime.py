@@ -103,9 +103,21 @@ class Runtime:
             log.warning("batch %d did not finish in the last run: counted as failure %d in a row",
                         state.started_batch, new.consecutive_failures)
         new.started_batch = new.committed_batch
+        threshold = self.s.queue_disable.consecutive_batch_failures
+        if self.s.queue_disable.enabled and not state.disabled and new.consecutive_failures >= threshold:
+            # A driver that dies in every batch never reaches the in-batch check: a crash loop
+            # is stopped here, before the batch runs again.
+            self.disabled = QueueDisabled(
+                "ConsecutiveBatchFailures",
+                f"the driver died in {new.consecutive_failures} batches in a row (last: batch "
+                f"{state.started_batch}); the batch stays unconsumed")
+            new.disabled = self.disabled.reason
         self.ledger.commit(new, keys=("batch",))
         self.metrics.restore(new.counts, new.attempts)
         self.metrics.consecutive.labels(**self.metrics.ids).set(new.consecutive_failures)
+        if self.disabled:
+            self.metrics.set_disabled(self.disabled.reason)
+            log.error("queue disabled (%s): %s", self.disabled.reason, self.disabled.message)
         return new
 
     # --- executing a batch --------------------------------------------------------------

@@ -90,3 +90,29 @@ def test_a_batch_that_always_fails_disables_the_queue(spark, kafka_bootstrap, to
     # A lone message that fails on its own is not blamed: nothing else proves the
     # environment works, so nothing is quarantined.
     assert read_all(kafka_bootstrap, s.topics.poison) == []
+
+
+def test_a_driver_that_dies_in_every_batch_disables_the_queue_on_restart(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    from antidote_consumer.ledger import Ledger
+    from antidote_consumer.topics import ledger_topic
+
+    source, sink = topic_factory(), topic_factory()
+    produce(kafka_bootstrap, source, [(None, b"m%d" % i, None) for i in range(5)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink,
+                    policy={"queueDisable": {"consecutiveBatchFailures": 2}})
+    code, _ = cu.run(spark, s)  # creates the ledger, processes the 5 messages
+    assert code == ExitCode.OK
+    produce(kafka_bootstrap, source, [(None, b"late", None)])
+    # What two driver crashes inside batch 7 leave in the ledger: started > committed, and
+    # one failure already counted by the first restart.
+    ledger = Ledger(kafka_bootstrap, ledger_topic(source, s.consumer), "antidote-test-crashloop")
+    state = ledger.load()
+    state.started_batch, state.consecutive_failures = state.committed_batch + 1, 1
+    ledger.commit(state, keys=("batch",))
+
+    code, m = cu.run(spark, s)
+    assert code == ExitCode.CONSECUTIVE_BATCH_FAILURES
+    assert cu.metric(m, "antidote_queue_disabled", reason="ConsecutiveBatchFailures") == 1
+    assert cu.metric(m, "antidote_consecutive_batch_failures") == 2
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [b"M%d" % i for i in range(5)]
