@@ -77,7 +77,7 @@ def format_storage(base: list[str], props: Path, log: Path) -> subprocess.Popen:
     # The cluster id is 16 random bytes, base64url without padding (what random-uuid prints).
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     out = open(log, "ab")
-    return subprocess.Popen([*base, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+    return subprocess.Popen([*base, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                              "-c", str(props)], stdout=out, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
 
