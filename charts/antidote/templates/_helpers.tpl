@@ -1,0 +1,130 @@
+{{/* Names and labels shared by every template of the chart. */}}
+
+{{- define "antidote.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's fullname: the release name, with the chart name appended unless the
+release name already contains it. */}}
+{{- define "antidote.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "antidote.operatorName" -}}
+{{- printf "%s-operator" (include "antidote.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "antidote.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/part-of: antidote
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{ include "antidote.selectorLabels" . }}
+{{- end -}}
+
+{{- define "antidote.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "antidote.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "antidote.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "antidote.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "antidote.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "antidote.consumerImage" -}}
+{{- printf "%s:%s" .Values.consumer.image.repository (default .Chart.AppVersion .Values.consumer.image.tag) -}}
+{{- end -}}
+
+{{/* true when more than one replica runs, so Kopf peering is on. */}}
+{{- define "antidote.peering" -}}
+{{- if gt (int .Values.replicaCount) 1 }}true{{ end -}}
+{{- end -}}
+
+{{/* true when the Prometheus Operator's objects are rendered. */}}
+{{- define "antidote.monitoring" -}}
+{{- if or .Values.monitoring.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end -}}
+{{- end -}}
+
+{{/* The operator's command line (after `antidote`). */}}
+{{- define "antidote.operatorArgs" -}}
+- operator
+{{- range .Values.watch.namespaces }}
+- --namespace={{ . }}
+{{- else }}
+- --all-namespaces
+{{- end }}
+- --metrics-port={{ .Values.metrics.port }}
+- --liveness=http://0.0.0.0:{{ .Values.liveness.port }}/healthz
+- --consumer-image={{ include "antidote.consumerImage" . }}
+- --scrape-interval={{ .Values.operator.scrapeInterval }}
+- --resync-interval={{ .Values.operator.resyncInterval }}
+- --poison-event-interval={{ .Values.operator.poisonEventInterval }}
+{{- with .Values.operator.metricsUrlTemplate }}
+- {{ printf "--metrics-url-template=%s" . | quote }}
+{{- end }}
+{{- with .Values.operator.prometheusUrl }}
+- {{ printf "--prometheus-url=%s" . | quote }}
+{{- end }}
+{{- if include "antidote.peering" . }}
+- --peering={{ .Values.peering.name }}
+{{- end }}
+{{- if .Values.operator.verbose }}
+- --verbose
+{{- end }}
+{{- range .Values.operator.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* What the operator does in a watched namespace (docs/operator.md, "Permissions it
+needs"): no wildcards, no Secrets. It must hold every permission it grants the drivers'
+Roles (pods, configmaps, services), or the API server refuses to create those Roles. */}}
+{{- define "antidote.namespacedRules" -}}
+# Its own resources: Kopf watches and patches them (finalizers, annotations, status).
+- apiGroups: [antidote.dev]
+  resources: [queueconsumers, poisonpolicies]
+  verbs: [get, list, watch, patch]
+- apiGroups: [antidote.dev]
+  resources: [queueconsumers/status, poisonpolicies/status]
+  verbs: [get, patch]
+# Children of a QueueConsumer; configmaps and pods also as granted to the driver's Role.
+- apiGroups: [""]
+  resources: [configmaps, pods]
+  verbs: [get, list, watch, create, patch, delete, deletecollection]
+- apiGroups: [""]
+  resources: [services, serviceaccounts]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, delete]
+# Poison-reader Jobs, and their pods' termination messages (the reader's result).
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}
+
+{{/* Cluster-scoped and read-only: Kopf notices CRDs being added or removed. */}}
+{{- define "antidote.clusterRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+{{- end -}}

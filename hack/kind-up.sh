@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Antidote on kind, for machines with Docker (not the dev machines: they have no Docker
+# engine, so this script is not run in CI). Docs: docs/kind.md.
+#   hack/kind-up.sh            # cluster "antidote", images, helm install, examples
+#   KIND_CLUSTER=foo hack/kind-up.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cluster=${KIND_CLUSTER:-antidote}
+tag=${ANTIDOTE_TAG:-dev}
+for tool in docker kind kubectl helm; do
+  command -v "$tool" >/dev/null || { echo "kind-up: $tool is required" >&2; exit 1; }
+done
+
+kind get clusters | grep -qx "$cluster" || kind create cluster --name "$cluster" --wait 120s
+docker build -f docker/operator.Dockerfile -t "antidote-operator:$tag" .
+docker build -f docker/consumer.Dockerfile -t "antidote-consumer:$tag" .
+kind load docker-image --name "$cluster" "antidote-operator:$tag" "antidote-consumer:$tag"
+
+helm upgrade --install antidote charts/antidote -n antidote --create-namespace --wait \
+  --kube-context "kind-$cluster" \
+  --set image.repository=antidote-operator --set image.tag="$tag" --set image.pullPolicy=Never \
+  --set consumer.image.repository=antidote-consumer --set consumer.image.tag="$tag"
+
+# The examples' policies apply as they are; their consumers name a Kafka and handlers you
+# provide (docs/kind.md), so they are applied paused.
+kubectl --context "kind-$cluster" apply -f examples/poisonpolicy-minimal.yaml -f examples/poisonpolicy-full.yaml
+for f in examples/queueconsumer-*.yaml; do
+  sed 's/^spec:$/spec:\n  paused: true/' "$f" | awk '!(/^  paused:/ && seen++)' \
+    | kubectl --context "kind-$cluster" apply -f -
+done
+kubectl --context "kind-$cluster" get poisonpolicies,queueconsumers
+echo "kind-up: done. Next: docs/kind.md (a Kafka, your handler image, unpause a consumer)."

@@ -1,0 +1,287 @@
+"""The Helm chart against the real API server of `antidote dev up`: lint, a matrix of
+rendered values checked by `kubectl apply --dry-run=server`, install/upgrade/uninstall, the
+values schema and the RBAC.
+
+The dev API server has no Prometheus Operator: for the monitoring-on cases the test
+installs minimal CRDs for ServiceMonitor, PodMonitor and PrometheusRule (the fields the
+chart sets, with their required keys) so the server checks those objects too."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from antidote_operator import builders
+
+from ..api_cases import ROOT
+
+CHART = ROOT / "charts/antidote"
+
+
+@pytest.fixture(scope="module")
+def env(stack) -> dict[str, str]:
+    return {**os.environ, **stack.env()}
+
+
+def run(env, *cmd, check=True, stdin: str | None = None) -> subprocess.CompletedProcess:
+    out = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, input=stdin)
+    if check:
+        assert out.returncode == 0, f"{cmd} failed:\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+def template(env, *sets: str, release: str = "t", namespace: str = "default", crds: bool = False) -> list[dict]:
+    args = ["helm", "template", release, CHART, "-n", namespace]
+    if crds:
+        args.append("--include-crds")
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(run(env, *args).stdout) if d]
+
+
+def _monitoring_crd(plural: str, kind: str, spec_schema: dict) -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                     "names": {"plural": plural, "singular": plural[:-1], "kind": kind},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                         "openAPIV3Schema": {"type": "object", "properties": {"spec": spec_schema}}}}]}}
+
+
+OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+MONITORING_CRDS = [
+    _monitoring_crd("servicemonitors", "ServiceMonitor", {
+        "type": "object", "required": ["selector", "endpoints"],
+        "properties": {"selector": OPEN, "jobLabel": {"type": "string"},
+                       "endpoints": {"type": "array", "items": OPEN}}}),
+    _monitoring_crd("podmonitors", "PodMonitor", {
+        "type": "object", "required": ["selector", "podMetricsEndpoints"],
+        "properties": {"selector": OPEN, "namespaceSelector": OPEN,
+                       "podMetricsEndpoints": {"type": "array", "items": OPEN}}}),
+    _monitoring_crd("prometheusrules", "PrometheusRule", {
+        "type": "object", "required": ["groups"], "properties": {"groups": {
+            "type": "array", "items": {"type": "object", "required": ["name", "rules"], "properties": {
+                "name": {"type": "string"},
+                "rules": {"type": "array", "items": {
+                    "type": "object", "required": ["expr"], "properties": {
+                        "alert": {"type": "string"}, "record": {"type": "string"},
+                        "expr": {"type": "string"}, "for": {"type": "string"},
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}}}),
+]
+
+
+@pytest.fixture(scope="module")
+def chart_crds(env, api_client) -> None:
+    """The chart's crds/ (Antidote's and Kopf's peering CRDs), applied for real, as Helm does
+    on a first install; and the minimal monitoring CRDs."""
+    docs = [d for d in template(env, crds=True) if d["kind"] == "CustomResourceDefinition"]
+    assert {d["metadata"]["name"] for d in docs} >= {"queueconsumers.antidote.dev", "poisonpolicies.antidote.dev",
+                                                     "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
+    docs += MONITORING_CRDS
+    run(env, "kubectl", "apply", "--server-side", "--force-conflicts", "-f", "-",
+        stdin="\n---\n".join(yaml.safe_dump(d) for d in docs))
+    ext = client.ApiextensionsV1Api(api_client)
+    deadline = time.monotonic() + 30
+    for d in docs:
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in ext.read_custom_resource_definition(d["metadata"]["name"]).status.conditions or []):
+            assert time.monotonic() < deadline, d["metadata"]["name"]
+            time.sleep(0.2)
+    yield
+    for d in MONITORING_CRDS:
+        ext.delete_custom_resource_definition(d["metadata"]["name"])
+
+
+def test_helm_lint_strict(env) -> None:
+    for sets in ([], ["replicaCount=2", "watch.namespaces={a,b}", "monitoring.enabled=true"]):
+        args = [a for s in sets for a in ("--set", s)]
+        out = run(env, "helm", "lint", "--strict", CHART, *args)
+        assert "0 chart(s) failed" in out.stdout
+
+
+MATRIX = {
+    "cluster-wide": [],
+    "namespaced": ["watch.namespaces={NS1,NS2}"],
+    "cluster-wide+monitoring": ["monitoring.enabled=true"],
+    "namespaced+monitoring+2-replicas": ["watch.namespaces={NS1,NS2}", "monitoring.enabled=true", "replicaCount=2"],
+    "cluster-wide+2-replicas": ["replicaCount=2"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_rendered_objects_pass_the_api_server(case, env, chart_crds, core_v1, namespace) -> None:
+    other = f"{namespace[:50]}-b"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+    try:
+        sets = [s.replace("NS1", namespace).replace("NS2", other) for s in MATRIX[case]]
+        release = f"r{uuid.uuid4().hex[:6]}"
+        docs = template(env, *sets, release=release, namespace=namespace)
+        kinds = sorted(d["kind"] for d in docs)
+        monitoring = "monitoring.enabled=true" in sets
+        assert ("PrometheusRule" in kinds) == monitoring and ("ServiceMonitor" in kinds) == monitoring
+        assert ("PodDisruptionBudget" in kinds) == ("replicaCount=2" in sets)
+        peering = [d for d in docs if d["apiVersion"] == "kopf.dev/v1"]
+        if "replicaCount=2" in sets:
+            assert peering and all(d["kind"] == ("KopfPeering" if "namespaced" in case else "ClusterKopfPeering")
+                                   for d in peering)
+        else:
+            assert not peering
+        if "namespaced" in case:
+            assert sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == "Role") == sorted([namespace, other])
+        out = run(env, "kubectl", "apply", "--dry-run=server", "-o", "name", "-f", "-",
+                  stdin="\n---\n".join(yaml.safe_dump(d) for d in docs))
+        assert len(out.stdout.split()) == len(docs), out.stdout
+    finally:
+        core_v1.delete_namespace(other)
+
+
+def test_the_server_rejects_a_broken_monitoring_object(env, chart_crds, namespace) -> None:
+    """The minimal monitoring CRDs really check: a PrometheusRule without expr is refused."""
+    rule = next(d for d in template(env, "monitoring.enabled=true", namespace=namespace)
+                if d["kind"] == "PrometheusRule")
+    del rule["spec"]["groups"][0]["rules"][0]["expr"]
+    out = run(env, "kubectl", "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(rule), check=False)
+    assert out.returncode != 0 and "expr" in out.stderr
+
+
+def test_monitoring_follows_the_api_servers_capabilities(env, chart_crds) -> None:
+    """With monitoring.coreos.com/v1 served, `helm install --dry-run=server` renders the
+    monitoring objects without monitoring.enabled."""
+    out = run(env, "helm", "install", "cap", CHART, "--dry-run=server")
+    assert "kind: PrometheusRule" in out.stdout and "kind: ServiceMonitor" in out.stdout
+    plain = run(env, "helm", "template", "cap", CHART)
+    assert "kind: PrometheusRule" not in plain.stdout
+
+
+def _rbac_rules(docs: list[dict]) -> list[tuple[str, dict]]:
+    return [(f"{d['kind']}/{d['metadata']['name']}", r) for d in docs
+            if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_rbac_has_no_wildcards_and_no_secrets(case, env) -> None:
+    sets = [s.replace("NS1", "a").replace("NS2", "b") for s in MATRIX[case]]
+    rules = _rbac_rules(template(env, *sets))
+    assert rules
+    for where, rule in rules:
+        for field in ("verbs", "resources", "apiGroups"):
+            assert not any("*" in v for v in rule.get(field, [])), f"{where}: wildcard in {field}: {rule}"
+        assert "secrets" not in rule["resources"], where
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), where
+
+
+def test_operator_holds_what_it_grants_the_drivers(env) -> None:
+    """The API server refuses a Role granting more than its creator holds."""
+    rules = [r for _, r in _rbac_rules(template(env, "watch.namespaces={a}")) if r.get("apiGroups")]
+    held = {(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+    for rule in builders.build_role("x")["rules"]:
+        for g in rule["apiGroups"]:
+            for res in rule["resources"]:
+                for v in rule["verbs"]:
+                    assert (g, res, v) in held, f"the driver Role grants {v} {res} the operator lacks"
+
+
+def test_podmonitor_selects_the_consumer_drivers(env) -> None:
+    pm = next(d for d in template(env, "monitoring.enabled=true") if d["kind"] == "PodMonitor")
+    assert pm["spec"]["selector"]["matchLabels"].items() <= builders.labels("orders").items()
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] in {n for n, _ in builders._ports(builders.RenderOptions())}
+    assert pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+
+
+@pytest.mark.parametrize("bad, named", [
+    ("replicaCount=0", "/replicaCount"),
+    ("watch.namespace=x", "'namespace' not allowed"),
+    ("watch.namespaces={Not_A_Namespace}", "/watch/namespaces/0"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("monitoring.serviceMonitor.interval=often", "/monitoring/serviceMonitor/interval"),
+])
+def test_schema_refuses_a_bad_value_naming_it(bad, named, env) -> None:
+    out = run(env, "helm", "template", "t", CHART, "--set", bad, check=False)
+    assert out.returncode != 0
+    assert named in out.stderr, out.stderr
+
+
+def test_security_context_is_restricted(env) -> None:
+    dep = next(d for d in template(env) if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert "--liveness=http://0.0.0.0:8081/healthz" in c["args"]
+    assert {e["name"] for e in c["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
+
+
+def test_operator_args_parse(env) -> None:
+    """The rendered command line is one `antidote operator` accepts."""
+    from antidote_cli.main import build_parser  # noqa: PLC0415
+
+    for sets in ([], ["watch.namespaces={a,b}", "replicaCount=2", "operator.prometheusUrl=http://prom:9090"]):
+        c = next(d for d in template(env, *sets) if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        args = build_parser().parse_args(c["args"] + (["--priority=7"] if "replicaCount=2" in sets else []))
+        assert args.metrics_port == 8080
+        if sets:
+            assert args.namespaces == ["a", "b"] and args.peering == "antidote"
+            assert args.prometheus_url == "http://prom:9090"
+        else:
+            assert args.all_namespaces
+
+
+def _notes_example(notes: str) -> str:
+    m = re.search(r"cat <<'YAML' \| kubectl apply -f -\n(.*?)\n  YAML\n", notes, re.S)
+    assert m, notes
+    return textwrap.dedent(m.group(1))
+
+
+def test_install_upgrade_uninstall(env, chart_crds, api_client, core_v1, namespace) -> None:
+    release = f"it{uuid.uuid4().hex[:6]}"
+    apps, rbac = client.AppsV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    name = f"{release}-antidote-operator"
+    out = run(env, "helm", "install", release, CHART, "-n", namespace, "--set", f"watch.namespaces={{{namespace}}}")
+    try:
+        # NOTES' example is valid: the API server accepts it.
+        example = _notes_example(out.stdout)
+        run(env, "kubectl", "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=example)
+        dep = apps.read_namespaced_deployment(name, namespace)
+        args = dep.spec.template.spec.containers[0].args
+        assert f"--namespace={namespace}" in args and "--scrape-interval=2" in args
+        assert rbac.read_namespaced_role(name, namespace).rules
+        assert core_v1.read_namespaced_service(f"{name}-metrics", namespace).spec.ports[0].port == 8080
+
+        run(env, "helm", "upgrade", release, CHART, "-n", namespace, "--reuse-values",
+            "--set", "operator.scrapeInterval=5", "--set", "replicaCount=2")
+        dep = apps.read_namespaced_deployment(name, namespace)
+        args = dep.spec.template.spec.containers[0].args
+        assert "--scrape-interval=5" in args and "--peering=antidote" in args and dep.spec.replicas == 2
+        assert client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(name, namespace)
+        peering = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            "kopf.dev", "v1", namespace, "kopfpeerings", "antidote")
+        assert peering["metadata"]["labels"]["app.kubernetes.io/instance"] == release
+        status = json.loads(run(env, "helm", "status", release, "-n", namespace, "-o", "json").stdout)
+        assert status["version"] == 2 and status["info"]["status"] == "deployed"
+    finally:
+        run(env, "helm", "uninstall", release, "-n", namespace, "--wait", "--timeout", "60s")
+    for read in (lambda: apps.read_namespaced_deployment(name, namespace),
+                 lambda: rbac.read_namespaced_role(name, namespace),
+                 lambda: rbac.read_cluster_role(name),
+                 lambda: core_v1.read_namespaced_service_account(f"{release}-antidote", namespace)):
+        with pytest.raises(client.ApiException) as gone:
+            read()
+        assert gone.value.status == 404
+    # CRDs stay, as Helm does with crds/.
+    client.ApiextensionsV1Api(api_client).read_custom_resource_definition("queueconsumers.antidote.dev")
+    client.ApiextensionsV1Api(api_client).read_custom_resource_definition("kopfpeerings.kopf.dev")
