@@ -25,6 +25,9 @@ FIRST_FAILURE = PREFIX + "failure.first"
 LAST_FAILURE = PREFIX + "failure.last"
 CONSUMER = PREFIX + "consumer"
 POLICY = PREFIX + "policy"
+# Set by the poison-queue reader on a redriven message; it travels with the message (through
+# retry cycles back into the poison topic) so the reader's loop guard can count redrives.
+REDRIVE_COUNT = PREFIX + "redrive.count"
 
 MAX_MESSAGE = 1024
 MAX_STACK = 4096
@@ -33,8 +36,9 @@ Headers = list[tuple[str, bytes | None]]
 
 
 def user_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
-    """The message's own headers, without Antidote's."""
-    return [(k, v) for k, v in (headers or ()) if not k.startswith(PREFIX)]
+    """The message's own headers, without Antidote's failure headers (the redrive count,
+    which belongs to the message, is kept)."""
+    return [(k, v) for k, v in (headers or ()) if not k.startswith(PREFIX) or k == REDRIVE_COUNT]
 
 
 def truncate(text: str, limit: int) -> str:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from . import consumer, crds, dev, operator
+from . import reader as reader_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     crds.register(commands)
     consumer.register(commands)
     operator.register(commands)
+    reader_cli.register(commands)
     return parser
 
 

@@ -1,0 +1,573 @@
+"""`antidote reader`: a finite job over the poison (or dead-letter) topic that applies the
+policy's `reader` section to each message: Redrive, Archive, Drop or Hold.
+
+It reads each partition from where the last run left off to the end offset seen at start
+(later arrivals wait for the next run) and commits in chunks, exactly once: each chunk's
+records (redriven, parked, rejected), its progress record in the reader ledger and the
+consumer group's offsets (`send_offsets_to_transaction`) are one Kafka transaction. A killed
+reader's open transaction is aborted when the next run starts (same transactional id), so
+nothing it half-did is seen and nothing is redriven twice. An archive chunk writes its files
+first (idempotent slices, see reader_archive) and then commits.
+
+The reader ledger (`<read topic>.ledger-reader-<consumer>`, compacted) keeps, per partition,
+the offsets resolved above the group's offset: held and filtered-out messages are left
+alone, so a later run (another filter, another action) still finds them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from antidote_api.semantics import EffectiveSettings
+
+from . import headers as h
+from .kafka_retry import retrying
+from .ledger import MAX_RECORD_BYTES
+from .reader_rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
+                           original_partition, plan, redrive_count, redrive_headers)
+from .topics import ledger_topic, max_message_bytes, partitions_of, wait_ready
+
+log = logging.getLogger("antidote.reader")
+
+READER_ERROR_CLASS = h.PREFIX + "reader.error.class"
+READER_ERROR_MESSAGE = h.PREFIX + "reader.error.message"
+CHUNK = 500  # messages per transaction when no rate limit paces them
+EOF_WAIT = 70.0  # longest wait for an open transaction in the read topic (its timeout is 60s)
+
+
+def parking_topic(source: str) -> str:
+    return f"{source}.parking"
+
+
+def group_id(settings: EffectiveSettings) -> str:
+    return f"antidote-reader-{settings.namespace}-{settings.consumer}"
+
+
+def reader_ledger(read_topic: str, settings: EffectiveSettings) -> str:
+    return ledger_topic(read_topic, f"reader-{settings.consumer}")
+
+
+@dataclass
+class Polled:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list
+
+
+class Stopped(Exception):
+    """The reader's disposition is Fault and a message could not be handled."""
+
+
+class _Failed(Exception):
+    pass
+
+
+def run_reader(settings: EffectiveSettings, options: ReaderOptions, *, spark=None,
+               stop: threading.Event | None = None, log_every: float = 5.0) -> ReaderReport:
+    """Run the reader once, to the end offsets seen at start. ReaderError for bad settings
+    or options; the report's faultAt is set when the Fault disposition stopped it."""
+    p = plan(settings.reader, options)
+    run = _Run(settings, p, spark=spark, stop=stop or threading.Event(), log_every=log_every)
+    try:
+        return run.execute()
+    finally:
+        run.close()
+
+
+class _Run:
+    def __init__(self, settings: EffectiveSettings, p: Plan, *, spark, stop: threading.Event,
+                 log_every: float):
+        self.s, self.p, self.stop, self.log_every = settings, p, stop, log_every
+        self.topic = settings.topics.poison if p.source == "poison" else settings.topics.dlq
+        self.bootstrap = settings.source.bootstrap_servers
+        self.report = ReaderReport(action=p.action, dryRun=p.dry_run, source=p.source,
+                                   archivePath=p.archive_path if p.action == "Archive" else None)
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        self.ledger_topic = reader_ledger(self.topic, settings)
+        self.limiter = RateLimiter(None if p.dry_run else p.rate)
+        self.consumer: Consumer | None = None
+        self.producer: Producer | None = None
+        self.progress: dict[int, Progress] = {}
+        self.pending: str | None = None
+        self.spark = spark
+        self.own_spark = False
+        self.archive = None
+        self.source_partitions = 0
+        self.created: set[str] = set()
+        self.done = self.total = 0
+        self.last_log = time.monotonic()
+
+    # --- set-up ---------------------------------------------------------------------------
+    def _exists(self, topic: str) -> bool:
+        md = self.admin.list_topics(topic, timeout=30).topics.get(topic)
+        return md is not None and md.error is None
+
+    def _ensure(self, topic: str, like: str | None, config: dict | None = None) -> None:
+        """Create `topic` (once) with `like`'s partition count and max.message.bytes."""
+        if topic in self.created:
+            return
+        if not self._exists(topic):
+            n = partitions_of(self.admin, like) if like else 1
+            conf = dict(config or {})
+            if like:
+                conf["max.message.bytes"] = str(max_message_bytes(self.admin, like))
+            for name, fut in self.admin.create_topics([NewTopic(topic, n, -1, config=conf)]).items():
+                try:
+                    fut.result(timeout=30)
+                except Exception as err:  # noqa: BLE001
+                    if "TOPIC_ALREADY_EXISTS" not in str(err):
+                        raise RuntimeError(f"cannot create topic {name}: {err}") from err
+            wait_ready(self.admin, [topic])
+        self.created.add(topic)
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+        if self.own_spark and self.spark is not None:
+            self.spark.stop()
+
+    def _load_ledger(self) -> None:
+        if not self._exists(self.ledger_topic):
+            return
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"{group_id(self.s)}-loader",
+                      "enable.auto.commit": False, "isolation.level": "read_committed",
+                      "enable.partition.eof": True})
+        try:
+            tp = TopicPartition(self.ledger_topic, 0)
+            low, high = retrying(lambda: c.get_watermark_offsets(tp, timeout=10),
+                                 f"reader ledger {self.ledger_topic}: reading its offsets")
+            if high <= low:
+                return
+            c.assign([TopicPartition(self.ledger_topic, 0, low)])
+            while True:
+                msg = c.poll(30)
+                if msg is None:
+                    raise TimeoutError(f"reader ledger {self.ledger_topic}: no answer while loading")
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise RuntimeError(f"reader ledger {self.ledger_topic}: {msg.error()}")
+                key = msg.key().decode()
+                doc = json.loads(msg.value()) if msg.value() is not None else None
+                if key == "pending":
+                    self.pending = (doc or {}).get("slice")
+                elif key.startswith("partition-") and doc is not None:
+                    self.progress[int(key.removeprefix("partition-"))] = Progress.from_json(doc)
+        finally:
+            c.close()
+
+    def _open(self) -> list[int]:
+        md = self.admin.list_topics(self.topic, timeout=30).topics.get(self.topic)
+        if md is None or md.error is not None:
+            return []
+        parts = sorted(md.partitions)
+        self.consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": group_id(self.s),
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        if not self.p.dry_run:
+            self._ensure(self.ledger_topic, None, {"cleanup.policy": "compact"})
+            who = f"{self.s.namespace}-{self.s.consumer}"
+            self.producer = Producer({
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": f"antidote-reader-{who}-{self.p.source}",
+                "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
+                "message.max.bytes": MAX_RECORD_BYTES})
+            # Fences a killed (or still running) earlier reader and aborts its open
+            # transaction, so nothing it did half-way is ever read.
+            self.producer.init_transactions(60)
+        self._load_ledger()
+        if self.p.action == "Redrive":
+            self.source_partitions = partitions_of(self.admin, self.s.topics.source)
+        if self.p.action == "Archive" and not self.p.dry_run:
+            from .reader_archive import ArchiveWriter
+
+            if self.spark is None:
+                from .runner import spark_session
+
+                self.spark = spark_session(self.s)
+                self.spark.sparkContext.setLogLevel("WARN")
+                self.own_spark = True
+            self.archive = ArchiveWriter(self.spark, self.p.archive_path, self.p.archive_format)
+            if self.pending:
+                # A slice written by a reader killed before its commit: its messages are
+                # still unresolved and are archived again below.
+                log.info("removing archive slice %s of an interrupted run", self.pending)
+                self.archive.discard(self.pending)
+                self._commit({}, pending=None)
+        return parts
+
+    # --- the run --------------------------------------------------------------------------
+    def execute(self) -> ReaderReport:
+        parts = self._open()
+        if not parts:
+            log.info("topic %s does not exist: nothing to read", self.topic)
+            return self.report
+        ends, starts = {}, {}
+        for part in parts:
+            low, high = retrying(
+                lambda part=part: self.consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, part), timeout=10),
+                f"topic {self.topic}: reading its offsets")
+            prog = self.progress.setdefault(part, Progress())
+            if prog.next < low:  # removed by retention: nothing left to resolve there
+                prog.add(prog.next, low - 1)
+            starts[part], ends[part] = prog.next, high
+        self.total = sum(max(0, ends[q] - starts[q]) for q in parts)
+        log.info("reader %s over %s: %d record(s) to read in %d partition(s)%s", self.p.action,
+                 self.topic, self.total, len(parts), " (dry run)" if self.p.dry_run else "")
+        try:
+            for part in parts:
+                if starts[part] < ends[part] and not self.stop.is_set():
+                    self._read_partition(part, starts[part], ends[part])
+        except Stopped:
+            pass
+        log.info("reader done: %s", self.report.dumps())
+        return self.report
+
+    def _chunk_size(self) -> int:
+        return max(1, min(CHUNK, self.p.rate)) if self.p.rate and not self.p.dry_run else CHUNK
+
+    def _read_partition(self, part: int, start: int, end: int) -> None:
+        c = self.consumer
+        c.assign([TopicPartition(self.topic, part, start)])
+        chunk: list[Polled] = []
+        lo = start  # the chunk covers offsets lo..(last read)
+        deadline = None
+        try:
+            while not self.stop.is_set():
+                msg = c.poll(1.0)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"topic {self.topic}/{part}: {msg.error()}")
+                    if msg.offset() >= end:
+                        self._settle(part, chunk, lo, end - 1)
+                        return
+                    # An open transaction holds the rest back (read_committed): wait for it.
+                    deadline = deadline or time.monotonic() + EOF_WAIT
+                    if time.monotonic() > deadline:
+                        log.warning("%s/%d: records up to %d are held by an open transaction; "
+                                    "left for the next run", self.topic, part, end)
+                        self._settle(part, chunk, lo, msg.offset() - 1)
+                        return
+                    continue
+                if msg.offset() >= end:
+                    self._settle(part, chunk, lo, end - 1)
+                    return
+                chunk.append(Polled(msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
+                                    list(msg.headers() or [])))
+                if msg.offset() + 1 >= end:
+                    self._settle(part, chunk, lo, msg.offset())
+                    return
+                if len(chunk) >= self._chunk_size():
+                    self._settle(part, chunk, lo, msg.offset())
+                    lo, chunk = msg.offset() + 1, []
+            self._settle(part, chunk, lo, chunk[-1].offset if chunk else lo - 1)
+        finally:
+            c.unassign()
+
+    def _log_progress(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last_log >= self.log_every:
+            self.last_log = now
+            log.info("reader %s: %d/%d records read (%d redriven, %d archived, %d dropped, "
+                     "%d left alone)", self.topic, self.done, self.total, self.report.redriven,
+                     self.report.archived, self.report.dropped,
+                     self.report.held + self.report.skippedByFilter)
+
+    # --- one chunk ------------------------------------------------------------------------
+    def _settle(self, part: int, chunk: list[Polled], lo: int, hi: int) -> None:
+        """Decide and commit records `chunk` of offsets lo..hi (offsets without a record, such
+        as transaction markers, are resolved with them)."""
+        if hi < lo:
+            return
+        prog = self.progress[part]
+        r, f = self.report, self.p.filter
+        act: list[Polled] = []
+        keep: list[int] = []  # offsets left unresolved (filtered out, held)
+        for m in chunk:
+            if prog.is_done(m.offset):
+                continue  # handled by an earlier run
+            if not f.matches(m.headers, m.timestamp):
+                r.skippedByFilter += 1
+                keep.append(m.offset)
+                continue
+            r.messages += 1
+            if self.p.action == "Hold":
+                r.held += 1
+                keep.append(m.offset)
+                continue
+            act.append(m)
+        self._log_progress(len(chunk))
+        if self.p.dry_run:
+            self._count(act)
+            return
+        if self.p.action == "Hold":
+            return  # Hold commits no progress
+        if self.p.action == "Archive":
+            self._archive(part, act, lo, hi, keep)
+        elif self.p.action == "Drop":
+            for _ in act:
+                self.limiter.acquire()
+            self._commit({part: _resolved(prog, lo, hi, keep)})
+            r.dropped += len(act)
+        else:
+            self._redrive(part, act, lo, hi, keep)
+
+    def _count(self, act: list[Polled]) -> None:
+        r = self.report
+        for m in act:
+            if self.p.action == "Redrive":
+                if redrive_count(m.headers) >= self.p.max_redrives:
+                    r.parked += 1
+                else:
+                    r.redriven += 1
+            elif self.p.action == "Archive":
+                r.archived += 1
+            else:
+                r.dropped += 1
+
+    def _target(self, m: Polled, part: int) -> tuple[str, int | None, list, str]:
+        """Where a redriven message goes: (topic, partition, headers, counter)."""
+        source = self.s.topics.source
+        if redrive_count(m.headers) >= self.p.max_redrives:
+            self._ensure(parking_topic(source), source)  # the loop guard
+            return parking_topic(source), part % self.source_partitions, m.headers, "parked"
+        p = original_partition(m.headers)
+        return (source, p if p is not None and p < self.source_partitions else None,
+                redrive_headers(m.headers), "redriven")
+
+    def _redrive(self, part: int, act: list[Polled], lo: int, hi: int, keep: list[int]) -> None:
+        prog = self.progress[part]
+        targets = [self._target(m, part) for m in act]
+        try:
+            self._transaction(
+                [(t, q, m.key, m.value, hd) for m, (t, q, hd, _) in zip(act, targets)],
+                {part: _resolved(prog, lo, hi, keep)})
+        except _Failed as err:
+            log.warning("%s/%d: a chunk of %d failed (%s); one message at a time", self.topic,
+                        part, len(act), err)
+            self._one_by_one(part, act, targets, lo, hi, keep)
+            return
+        for _, _, _, counter in targets:
+            setattr(self.report, counter, getattr(self.report, counter) + 1)
+
+    def _one_by_one(self, part, act, targets, lo, hi, keep) -> None:
+        cursor = lo
+        for m, (t, q, hd, counter) in zip(act, targets):
+            upto = _resolved(self.progress[part], cursor, m.offset, keep)
+            last_err = None
+            for _ in range(self.p.retries + 1):
+                try:
+                    self._transaction([(t, q, m.key, m.value, hd)], {part: upto})
+                    setattr(self.report, counter, getattr(self.report, counter) + 1)
+                    last_err = None
+                    break
+                except _Failed as err:
+                    last_err = err
+            if last_err is not None:
+                self._dispose(part, [m], upto, last_err)
+            cursor = m.offset + 1
+        self._commit({part: _resolved(self.progress[part], cursor, hi, keep)})
+
+    def _dispose(self, part: int, failed: list[Polled], upto: Progress, err: Exception) -> None:
+        """The reader's disposition for messages its action could not handle."""
+        r, d = self.report, self.p.disposition
+        r.failed += len(failed)
+        if d == "Fault":
+            r.faultAt = f"{self.topic}/{part}/{failed[0].offset}"
+            log.error("reader stopped (Fault) at %s: %s", r.faultAt, err)
+            raise Stopped(r.faultAt)
+        if d == "Drop":
+            self._commit({part: upto})
+            r.dropped += len(failed)
+            log.warning("%d message(s) dropped after the reader's retries, last %s/%d/%d: %s",
+                        len(failed), self.topic, part, failed[-1].offset, err)
+            return
+        dlq = self.s.topics.dlq
+        self._ensure(dlq, self.topic)  # what fit in the topic read fits there too
+        why = [(READER_ERROR_CLASS, self.p.action.encode()),
+               (READER_ERROR_MESSAGE, h.truncate(str(err), h.MAX_MESSAGE).encode("utf-8", "replace"))]
+        n = partitions_of(self.admin, dlq)
+        try:
+            self._transaction([(dlq, part % n, m.key, m.value, list(m.headers) + why) for m in failed],
+                              {part: upto})
+        except _Failed as dlq_err:  # nowhere to put it: stop rather than lose it
+            r.faultAt = f"{self.topic}/{part}/{failed[0].offset}"
+            log.error("reader stopped at %s: the dead-letter topic %s refused it too: %s",
+                      r.faultAt, dlq, dlq_err)
+            raise Stopped(r.faultAt) from dlq_err
+        r.rejected += len(failed)
+        log.warning("%d message(s) rejected to %s after the reader's retries: %s", len(failed), dlq, err)
+
+    def _archive(self, part: int, act: list[Polled], lo: int, hi: int, keep: list[int]) -> None:
+        from .reader_archive import row, slice_name
+
+        prog = self.progress[part]
+        done = _resolved(prog, lo, hi, keep)
+        if not act:
+            self._commit({part: done})
+            return
+        for _ in act:
+            self.limiter.acquire()
+        name = slice_name(self.topic, part, act[0].offset, act[-1].offset)
+        rows = [row(self.topic, part, m.offset, m.timestamp, m.key, m.value, m.headers) for m in act]
+        self._commit({}, pending=name)  # so a killed run's files are found and removed
+        last_err = None
+        for _ in range(self.p.retries + 1):
+            try:
+                self.archive.write(name, rows)
+                last_err = None
+                break
+            except Exception as err:  # noqa: BLE001 - the reader's own retries, then its disposition
+                last_err = err
+                log.warning("archive slice %s failed: %s", name, str(err).splitlines()[0][:300])
+        if last_err is None:
+            self._commit({part: done}, pending=None)
+            self.report.archived += len(act)
+            return
+        try:
+            self.archive.discard(name)
+        except Exception:  # noqa: BLE001
+            log.exception("could not remove the failed archive slice %s", name)
+        self.pending = name  # still pending in the ledger until a disposition commits
+        self._dispose(part, act, done, last_err)
+        self._commit({}, pending=None)
+
+    # --- committing -----------------------------------------------------------------------
+    def _commit(self, progress: dict[int, Progress], **pending) -> None:
+        self._transaction([], progress, **pending)
+
+    def _transaction(self, records: list, progress: dict[int, Progress], **pending) -> None:
+        """Produce `records`, the ledger's progress (and pending slice) and the group offsets
+        in one transaction; _Failed (aborted, nothing written) when a record is refused."""
+        p = self.producer
+        errors: list[str] = []
+
+        def delivered(err, _msg):
+            if err is not None:
+                errors.append(str(err))
+
+        p.begin_transaction()
+        try:
+            for topic, partition, key, value, headers in records:
+                if topic in (self.s.topics.source, parking_topic(self.s.topics.source)):
+                    self.limiter.acquire()  # redrives are paced; dispositions are not
+                kw = {} if partition is None else {"partition": partition}
+                try:
+                    p.produce(topic, key=key, value=value, headers=headers or None,
+                              on_delivery=delivered, **kw)
+                except (KafkaException, BufferError) as err:
+                    errors.append(str(err))
+                    break
+                p.poll(0)
+            if not errors:
+                p.flush(60)
+            if errors:
+                raise _Failed(errors[0])
+            for part, prog in progress.items():
+                p.produce(self.ledger_topic, key=f"partition-{part}".encode(),
+                          value=json.dumps(prog.to_json()).encode())
+            if "pending" in pending:
+                p.produce(self.ledger_topic, key=b"pending",
+                          value=json.dumps({"slice": pending["pending"]}).encode())
+            if progress:
+                p.send_offsets_to_transaction(
+                    [TopicPartition(self.topic, part, prog.next) for part, prog in progress.items()],
+                    self.consumer.consumer_group_metadata(), 60)
+            p.commit_transaction(60)
+        except BaseException:
+            p.abort_transaction(60)
+            raise
+        self.progress.update(progress)
+        if "pending" in pending:
+            self.pending = pending["pending"]
+
+
+def _resolved(prog: Progress, lo: int, hi: int, keep: list[int]) -> Progress:
+    """`prog` with offsets lo..hi resolved, except those in `keep`."""
+    out = prog.copy()
+    start = lo
+    for k in sorted(x for x in keep if lo <= x <= hi):
+        out.add(start, k - 1)
+        start = k + 1
+    out.add(start, hi)
+    return out
+
+
+# --- command-line options (shared by `antidote reader`, `antidote redrive` and Jobs) -------
+
+def add_option_args(p, action: bool = True) -> None:
+    """The reader's flags; each overrides the policy's reader section when given."""
+    if action:
+        p.add_argument("--action", choices=["Redrive", "Archive", "Drop", "Hold"], default=None,
+                       help="what to do with each message (default: the policy's reader.action)")
+    p.add_argument("--from", dest="source", choices=["poison", "dlq"], default="poison",
+                   help="read the poison topic (default) or the dead-letter topic")
+    p.add_argument("--rate", type=int, default=None, help="messages per second at most")
+    p.add_argument("--error-class", dest="error_classes", action="append", default=None,
+                   metavar="CLASS", help="only messages with this antidote.error.class (repeatable)")
+    p.add_argument("--reason", dest="reasons", action="append", default=None,
+                   choices=["max-attempts", "non-retryable", "validation", "batch-isolation"],
+                   help="only messages quarantined for this reason (repeatable)")
+    p.add_argument("--since", default=None, metavar="ISO",
+                   help="only messages whose last failure is at or after this time")
+    p.add_argument("--until", default=None, metavar="ISO",
+                   help="only messages whose last failure is before this time")
+    p.add_argument("--dry-run", action="store_true", help="report what would be done; change nothing")
+
+
+def _iso(value, flag: str):
+    from datetime import datetime
+
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise ReaderError(f"{flag} must be an ISO 8601 time, not {value!r}") from None
+
+
+def options_from(args, action: str | None = None) -> ReaderOptions:
+    """ReaderOptions from parsed flags (these, or the on-call commands' own dests)."""
+    def first(*names):
+        for n in names:
+            v = getattr(args, n, None)
+            if v is not None:
+                return v
+        return None
+
+    classes, reasons = first("error_classes", "error_class"), first("reasons", "reason")
+    rate = first("rate")
+    if rate is not None and rate < 1:
+        raise ReaderError(f"--rate must be at least 1 message per second, not {rate}")
+    return ReaderOptions(
+        source=first("source") or "poison", action=action or first("action"), rate=rate,
+        error_classes=tuple(classes) if classes else None,
+        reasons=tuple(reasons) if reasons else None,
+        since=_iso(first("since"), "--since"), until=_iso(first("until"), "--until"),
+        dry_run=bool(first("dry_run")))
+
+
+def parse_options(argv: list[str]) -> ReaderOptions:
+    """ReaderOptions from reader flags (`--action Redrive --rate 10 ...`); ReaderError when bad."""
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise ReaderError(message)
+
+    p = _Parser(prog="antidote reader", add_help=False)
+    add_option_args(p)
+    return options_from(p.parse_args(argv))
