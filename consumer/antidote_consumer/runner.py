@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
@@ -208,8 +209,13 @@ class Consumer:
 
         threading.Thread(target=stop_after_batch, daemon=True).start()
 
-    def run(self, until_idle: bool = False) -> ExitCode:
+    def run(self, until_idle: bool = False, recovered: Callable[[], None] | None = None) -> ExitCode:
+        """Consume until idle (`until_idle`), SIGTERM or a disabled queue. `recovered` runs once
+        the ledger is loaded: serving /metrics before that would show counts of zero, which
+        the operator would read as a reset."""
         self.runtime.recover()
+        if recovered is not None:
+            recovered()
         if self.runtime.disabled:
             return self.runtime.disabled.exit_code
         self.update_depths()

@@ -49,14 +49,13 @@ def run(args: argparse.Namespace) -> int:
     from antidote_consumer.runner import Consumer, install_signal_handlers, spark_session
 
     metrics = Metrics(settings.namespace, settings.consumer)
-    if args.metrics_port is not None:
-        metrics.start(args.metrics_port)
     spark = spark_session(settings, args.master)
     spark.sparkContext.setLogLevel("WARN")
     try:
         consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval)
         install_signal_handlers(consumer)
-        code = consumer.run(until_idle=args.until_idle)
+        serve = None if args.metrics_port is None else (lambda: metrics.start(args.metrics_port))
+        code = consumer.run(until_idle=args.until_idle, recovered=serve)
     finally:
         spark.stop()
     logging.getLogger("antidote.consumer").info("exit %d (%s)", int(code), code.name)
