@@ -28,6 +28,8 @@ POLICY = PREFIX + "policy"
 # Set by the poison-queue reader on a redriven message; it travels with the message (through
 # retry cycles back into the poison topic) so the reader's loop guard can count redrives.
 REDRIVE_COUNT = PREFIX + "redrive.count"
+# Set by `antidote skip` on the record it moved past a Fault: when (epoch ms).
+SKIPPED_AT = PREFIX + "skipped.at"
 
 MAX_MESSAGE = 1024
 MAX_STACK = 4096

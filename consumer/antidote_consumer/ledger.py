@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from .kafka_retry import retrying
 
-BATCH, COUNTS, POSITIONS = "batch", "counts", "positions"
+BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
 
@@ -32,6 +32,10 @@ class LedgerState:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     attempts: int = 0
     positions: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset
+    # Where a Fault stopped (the record as read, and why), and the records an administrator
+    # moved out of the way with `antidote skip` ("topic:partition:offset", as read).
+    fault: dict | None = None
+    skipped: list[str] = field(default_factory=list)
 
     def entries(self) -> dict[str, dict]:
         return {
@@ -39,6 +43,7 @@ class LedgerState:
                     "consecutiveFailures": self.consecutive_failures, "disabled": self.disabled},
             COUNTS: {**self.counts, "attempts": self.attempts},
             POSITIONS: dict(self.positions),
+            SKIPS: {"fault": self.fault, "skipped": list(self.skipped)},
         }
 
     def apply(self, key: str, value: dict) -> None:
@@ -52,9 +57,45 @@ class LedgerState:
             self.counts = {k: value.get(k, 0) for k in OUTCOMES}
         elif key == POSITIONS:
             self.positions = dict(value)
+        elif key == SKIPS:
+            self.fault = value.get("fault")
+            self.skipped = list(value.get("skipped") or [])
 
 
 Record = tuple[str, int | None, bytes | None, bytes | None, list]  # topic, partition, key, value, headers
+
+
+def transactional_id(namespace: str, consumer: str) -> str:
+    """The one writer of a consumer's ledger: a second producer with this id fences the first."""
+    who = f"{namespace}-{consumer}".strip("-") or "antidote"
+    return f"antidote-{who}"
+
+
+def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -> LedgerState:
+    """The ledger's committed state, read without becoming its writer."""
+    consumer = Consumer({**(conf or {}), "bootstrap.servers": bootstrap,
+                         "group.id": f"{topic}-loader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        tp = TopicPartition(topic, 0, 0)
+        low, high = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=10),
+                             f"ledger {topic}: reading its offsets")
+        state = LedgerState()
+        if high > low:
+            consumer.assign([TopicPartition(topic, 0, low)])
+            while True:
+                msg = consumer.poll(30)
+                if msg is None:
+                    raise TimeoutError(f"ledger {topic}: no answer while loading")
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise RuntimeError(f"ledger {topic}: {msg.error()}")
+                if msg.value() is not None:
+                    state.apply(msg.key().decode(), json.loads(msg.value()))
+        return state
+    finally:
+        consumer.close()
 
 
 class Ledger:
@@ -74,33 +115,11 @@ class Ledger:
         self._producer.init_transactions(60)
 
     def load(self) -> LedgerState:
-        consumer = Consumer({**self.conf, "bootstrap.servers": self.bootstrap,
-                             "group.id": f"{self.topic}-loader", "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "enable.partition.eof": True})
-        try:
-            tp = TopicPartition(self.topic, 0, 0)
-            low, high = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=10),
-                                 f"ledger {self.topic}: reading its offsets")
-            state = LedgerState()
-            if high > low:
-                consumer.assign([TopicPartition(self.topic, 0, low)])
-                while True:
-                    msg = consumer.poll(30)
-                    if msg is None:
-                        raise TimeoutError(f"ledger {self.topic}: no answer while loading")
-                    if msg.error():
-                        if msg.error().code() == KafkaError._PARTITION_EOF:
-                            break
-                        raise RuntimeError(f"ledger {self.topic}: {msg.error()}")
-                    if msg.value() is not None:
-                        state.apply(msg.key().decode(), json.loads(msg.value()))
-            self.state = state
-            return state
-        finally:
-            consumer.close()
+        self.state = load_state(self.bootstrap, self.topic, self.conf)
+        return self.state
 
     def commit(self, state: LedgerState, records: Iterable[Record] = (),
-               keys: Iterable[str] = (BATCH, COUNTS, POSITIONS)) -> None:
+               keys: Iterable[str] = (BATCH, COUNTS, POSITIONS, SKIPS)) -> None:
         """Produce `records` and `state`'s entries named by `keys` in one transaction; the
         in-memory state becomes `state` only once Kafka has committed it."""
         p = self._producer

@@ -4,6 +4,7 @@ into committed outcomes, and decides when the queue must be disabled."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import math
@@ -18,7 +19,7 @@ from antidote_api.semantics import EffectiveSettings
 from . import headers as h
 from .attempts import Reason, Verdict
 from .isolation import bisect
-from .ledger import Ledger, LedgerState
+from .ledger import Ledger, LedgerState, transactional_id
 from .metrics import Metrics
 from .topics import ledger_topic
 from .worker import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
@@ -40,9 +41,10 @@ class QueueDisabled(Exception):
     codes = {"ConsecutiveBatchFailures": ExitCode.CONSECUTIVE_BATCH_FAILURES,
              "SystemicFailure": ExitCode.SYSTEMIC_FAILURE, "Fault": ExitCode.FAULT}
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, at: dict | None = None):
         super().__init__(f"{reason}: {message}")
         self.reason, self.message = reason, message
+        self.at = at  # Fault: the poison record (as read) and why, for `antidote skip`
 
     @property
     def exit_code(self) -> ExitCode:
@@ -85,10 +87,9 @@ class Runtime:
         self.stopping = threading.Event()
         self.window: deque[tuple[float, int, int]] = deque()
         self.disabled: QueueDisabled | None = None
-        who = f"{settings.namespace}-{settings.consumer}".strip("-") or "antidote"
         self.ledger = Ledger(settings.source.bootstrap_servers,
                              ledger_topic(settings.source.topic, settings.consumer),
-                             transactional_id=f"antidote-{who}")
+                             transactional_id=transactional_id(settings.namespace, settings.consumer))
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:
@@ -113,6 +114,8 @@ class Runtime:
                 f"{state.started_batch}); the batch stays unconsumed")
             new.disabled = self.disabled.reason
         self.ledger.commit(new, keys=("batch",))
+        if new.skipped:
+            self.cfg = dataclasses.replace(self.cfg, skip=frozenset(_skip_key(k) for k in new.skipped))
         self.metrics.restore(new.counts, new.attempts)
         self.metrics.consecutive.labels(**self.metrics.ids).set(new.consecutive_failures)
         if self.disabled:
@@ -274,8 +277,18 @@ class Runtime:
                      f"{isolated[0][0].topic}/{isolated[0][0].partition}/{isolated[0][0].offset}")
             why = (f"{r.reason} after {r.attempts} attempts, {r.error_class}" if r
                    else "batch-isolation")
+            if r is not None:
+                at = dict(topic=r.topic, partition=r.partition, offset=r.offset, reason=r.reason,
+                          attempts=r.attempts, error_class=r.error_class, error_message=r.error_message,
+                          first_failure=r.first_failure, last_failure=r.last_failure, cycle=r.cycle)
+            else:
+                raw = isolated[0][0]
+                at = dict(topic=raw.topic, partition=raw.partition, offset=raw.offset,
+                          reason=Reason.BATCH_ISOLATION.value, attempts=isolated[0][1],
+                          error_class="antidote.BatchFailure", error_message=isolated[0][2],
+                          first_failure=now_ms(), last_failure=now_ms(), cycle=0)
             raise QueueDisabled("Fault", f"poison message at {where} ({why}); it and the "
-                                "messages after it stay unconsumed")
+                                "messages after it stay unconsumed", at)
 
         now = int(time.time() * 1000)
         records = []
@@ -310,7 +323,8 @@ class Runtime:
             poisoned.append((Reason.BATCH_ISOLATION.value, "antidote.BatchFailure", origin))
             records += self._disposition(raw.key, raw.value, user, cycle,
                                          Reason.BATCH_ISOLATION.value, common)
-        outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped"}[s.disposition]
+        # Fault never gets here with a poisoned message (it stopped above): nothing is counted.
+        outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped", "Fault": "moved"}[s.disposition]
         counts[outcome] += len(poisoned)
         state.consecutive_failures = 0
         if batch_id is not None:
@@ -348,8 +362,9 @@ class Runtime:
         self.disabled = err
         state = copy.deepcopy(self.ledger.state)
         state.disabled = err.reason
+        state.fault = err.at
         try:
-            self.ledger.commit(state, keys=("batch",))
+            self.ledger.commit(state, keys=("batch", "skips"))
         except Exception:  # noqa: BLE001 - still stop; the metric says why
             log.exception("could not record the disabled queue in the ledger")
         self.metrics.set_disabled(err.reason)
@@ -395,6 +410,15 @@ def _segment_filter(keys):
                  & F.col("offset").between(lo, hi))
             cond = c if cond is None else cond | c
     return cond
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _skip_key(text: str) -> tuple[str, int, int]:
+    topic, partition, offset = text.rsplit(":", 2)
+    return topic, int(partition), int(offset)
 
 
 def _first_line(err: BaseException) -> str:

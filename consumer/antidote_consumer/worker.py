@@ -50,6 +50,7 @@ class WorkerConfig:
     sink_kafka: dict | None  # {"bootstrap.servers": ..., "topic": ...}
     emit_outputs: bool  # path sinks: outputs come back as rows for Spark to write
     fault_stops: bool = False  # disposition Fault: nothing after a poison message is processed
+    skip: frozenset[tuple[str, int, int]] = frozenset()  # moved away by `antidote skip`
 
 
 _cache: dict[Any, Any] = {}
@@ -114,6 +115,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     faulted: set[tuple[str, int]] = set()  # (topic, partition) stopped at a poison message
     source = cfg.source_topic
     fault_stops = cfg.fault_stops
+    skip = cfg.skip
     ok = Verdict.OK
     # The hot loop: a success costs one Message, one pass and one produce; everything a
     # failure needs (origin, headers parsing, error details) is built only on failure.
@@ -126,6 +128,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                 keys, values, topics, parts, offsets, stamps, headers):
             if faulted and (topic, partition) in faulted:
                 continue  # left unconsumed: the consumer stops at the poison message before it
+            if skip and (topic, partition, offset) in skip:
+                continue  # already in the poison topic, and counted, by `antidote skip`
             user = [(x["key"], x["value"]) for x in raw] if raw else []
             if topic == source:
                 cycle, before, first = 0, 0, None

@@ -116,3 +116,37 @@ def test_a_driver_that_dies_in_every_batch_disables_the_queue_on_restart(
     assert cu.metric(m, "antidote_queue_disabled", reason="ConsecutiveBatchFailures") == 1
     assert cu.metric(m, "antidote_consecutive_batch_failures") == 2
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [b"M%d" % i for i in range(5)]
+
+
+def test_skip_moves_the_fault_message_to_poison_and_a_restart_goes_past_it(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    import pytest
+
+    from antidote_consumer import headers as h
+    from antidote_consumer.skip import SkipError, skip_fault
+
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"m%d" % i if i != 5 else b"poison", [("trace", b"t%d" % i)])
+                                      for i in range(10)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, policy={
+        "retries": {"immediate": 1, "cycles": 0}, "disposition": "Fault"})
+    code, _ = cu.run(spark, s)
+    assert code == ExitCode.FAULT
+
+    assert skip_fault(s, dry_run=True).offset == 5
+    assert read_all(kafka_bootstrap, s.topics.poison) == []  # a dry run changes nothing
+    skipped = skip_fault(s)
+    assert (skipped.topic, skipped.partition, skipped.offset, skipped.reason) == (source, 0, 5, "max-attempts")
+    (q,) = read_all(kafka_bootstrap, s.topics.poison)
+    assert (q.key, q.value) == (b"k5", b"poison")
+    hdrs = dict(q.headers)
+    assert hdrs["trace"] == b"t5" and hdrs[h.ORIGINAL_OFFSET] == b"5" and h.SKIPPED_AT in hdrs
+    assert hdrs[h.ATTEMPTS] == b"2" and hdrs[h.ERROR_CLASS] == b"ValueError"
+
+    code, m = cu.run(spark, s)  # the resume: past the skipped message, everything else
+    assert code == ExitCode.OK
+    assert {r.value for r in read_all(kafka_bootstrap, sink)} == {b"M%d" % i for i in range(10) if i != 5}
+    assert len(read_all(kafka_bootstrap, s.topics.poison)) == 1
+    assert cu.metric(m, "antidote_messages_total", outcome="moved") == 1
+    with pytest.raises(SkipError, match="not stopped at a poison message"):
+        skip_fault(s)

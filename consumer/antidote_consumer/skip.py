@@ -1,0 +1,99 @@
+"""`antidote skip`: the administrator's "remove the poison message" of Service Broker.
+
+A consumer with disposition Fault stops at a poison message and leaves it, and everything
+after it, unconsumed. Skipping moves that one record to the poison topic (key and value
+byte-identical, the failure in `antidote.*` headers) and records it in the consumer's
+ledger, in one Kafka transaction; on resume the consumer passes over it and goes on.
+The consumer must be stopped: taking the ledger's transactional id fences a running one.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+from antidote_api.semantics import EffectiveSettings
+
+from . import headers as h
+from .ledger import Ledger, load_state, transactional_id
+from .topics import ledger_topic
+
+
+class SkipError(Exception):
+    """Nothing to skip, or the record cannot be read; the message says which."""
+
+
+@dataclass
+class Skipped:
+    topic: str  # where the record was read (the source or a retry topic)
+    partition: int
+    offset: int
+    origin: str  # original topic/partition/offset
+    reason: str
+    error_class: str | None
+    poison_topic: str
+    dry_run: bool
+
+
+def _read_one(bootstrap: str, topic: str, partition: int, offset: int, conf: dict | None):
+    c = Consumer({**(conf or {}), "bootstrap.servers": bootstrap, "group.id": "antidote-skip",
+                  "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        c.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                raise SkipError(f"reading {topic}/{partition}/{offset}: {msg.error()}")
+            if msg.offset() == offset:
+                return msg
+            break
+        raise SkipError(f"record {topic}/{partition}/{offset} is not in Kafka any more "
+                        "(retention?); nothing was changed")
+    finally:
+        c.close()
+
+
+def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None = None) -> Skipped:
+    bootstrap = s.source.bootstrap_servers
+    topic = ledger_topic(s.source.topic, s.consumer)
+    state = load_state(bootstrap, topic, conf)
+    if state.disabled != "Fault" or not state.fault:
+        raise SkipError(f"consumer {s.consumer!r} is not stopped at a poison message (its ledger "
+                        f"says: {'disabled for ' + state.disabled if state.disabled else 'running or idle'}); "
+                        "skip applies to disposition Fault only")
+    f = state.fault
+    msg = _read_one(bootstrap, f["topic"], f["partition"], f["offset"], conf)
+    hdrs = list(msg.headers() or [])
+    if f["topic"] == s.source.topic:
+        origin = h.Origin(f["topic"], f["partition"], f["offset"], msg.timestamp()[1])
+        user = hdrs
+    else:  # stopped on a retry cycle: the origin is in the retry headers
+        origin = h.retry_state(hdrs).origin
+        user = h.user_headers(hdrs)
+    out = Skipped(f["topic"], f["partition"], f["offset"],
+                  f"{origin.topic}/{origin.partition}/{origin.offset}", f.get("reason") or "",
+                  f.get("error_class"), s.topics.poison, dry_run)
+    if dry_run:
+        return out
+    now = int(time.time() * 1000)
+    headers = user + h.failure_headers(
+        origin=origin, attempts=f.get("attempts") or 0, cycle=f.get("cycle") or 0,
+        first_failure=f.get("first_failure") or now, last_failure=f.get("last_failure") or now,
+        reason=f.get("reason"), error_class=f.get("error_class"), error_message=f.get("error_message"),
+        stack=None, consumer=s.consumer, policy=s.policy, disposition="Fault") + [
+        (h.SKIPPED_AT, str(now).encode())]
+    ledger = Ledger(bootstrap, topic, transactional_id(s.namespace, s.consumer), conf)
+    state = ledger.load()  # as the writer now: nothing can have changed in between
+    new = copy.deepcopy(state)
+    new.skipped.append(f"{f['topic']}:{f['partition']}:{f['offset']}")
+    new.fault = None
+    new.counts["moved"] += 1
+    # The poison topic has the source's partition count: the record keeps its partition.
+    ledger.commit(new, [(s.topics.poison, origin.partition, msg.key(), msg.value(), headers)])
+    return out
