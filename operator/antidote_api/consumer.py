@@ -147,6 +147,9 @@ class ReaderJob(ApiModel):
     completion_time: datetime | None = Field(None, description="When it finished.")
     messages: Int64 = Field(0, description="Poison messages it handled.")
     message: str = Field("", max_length=1024, description="Result in words.")
+    poison_depth: Int64 | None = Field(
+        None, description="Records in the poison topic when it was started; a `poisonDepth` "
+                          "trigger counts new poison messages from the newest job's.")
 
 
 class QueueConsumerStatus(ApiModel):

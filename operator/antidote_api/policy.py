@@ -206,8 +206,8 @@ class Reader(ApiModel):
         json_schema_extra=seed("SQS MaxNumberOfMessagesPerSecond"))
     max_redrives: int = Field(
         3, ge=1, le=100,
-        description="Times one message may be redriven; after that it gets the reader's "
-                    "disposition instead (loop guard).",
+        description="Times one message may be redriven; after that a Redrive sends it to the "
+                    "parking topic `<source>.parking` instead (loop guard).",
         json_schema_extra=seed("SQS maxReceiveCount"))
     filter: ReaderFilter | None = Field(
         None, description="Which poison messages a job touches. Default: all.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import consumer, crds, dev, operator
+from . import consumer, crds, dev, oncall, operator, skip
 from . import reader as reader_cli
 
 
@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     consumer.register(commands)
     operator.register(commands)
     reader_cli.register(commands)
+    oncall.register(commands)  # after reader: `redrive CONSUMER` joins its `redrive`
+    skip.register(commands)
     return parser
 
 

@@ -19,6 +19,13 @@ It reports back on the Deployment, as a kubelet and the Deployment controller wo
 annotations `antidote.dev/dev-runner*`: pid, metrics URL, log file, and the last exit
 (`{"exitCode": 4, "finishedAt": ..., "generation": ...}`), from which the operator learns
 why a consumer stopped after its /metrics went away with it.
+
+Poison-reader Jobs get the same treatment: each runs once as a local `antidote reader`
+(`--settings` a copy of the ConfigMap, `--report-file` a local file instead of the
+termination log), and the runner writes what the Job controller would (status.startTime,
+active, succeeded/failed, the Complete or Failed condition, completionTime) plus the
+report as annotation `antidote.dev/dev-runner-report`, where a kubelet would have put it
+in the pod's termination message.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from urllib.parse import urlparse
 import aiohttp
 
 from . import builders, kube
+from .reader_jobs import DEV_RUNNER_REPORT
 from .reconcile import DEV_RUNNER_EXIT, DEV_RUNNER_METRICS
 
 log = logging.getLogger("antidote.operator.devrunner")
@@ -289,6 +297,7 @@ class DevRunner:
         self.master = master
         self.base = Path(base) if base else Path(tempfile.mkdtemp(prefix="antidote-dev-runner-"))
         self.runners: dict[tuple[str, str], _Runner] = {}
+        self.jobs: dict[tuple[str, str], _JobRunner] = {}
 
     def observe(self, body: Mapping[str, Any], deleted: bool) -> None:
         meta = body.get("metadata", {})
@@ -300,8 +309,23 @@ class DevRunner:
             runner = self.runners[key] = _Runner(self, dict(body))  # type: ignore[index]
         runner.update(dict(body), deleted)
 
+    def observe_job(self, body: Mapping[str, Any], deleted: bool) -> None:
+        """A reader Job: run it once, unless it finished (or another run of it is going)."""
+        meta = body.get("metadata", {})
+        key = (meta.get("namespace"), meta.get("name"))
+        runner = self.jobs.get(key)  # type: ignore[arg-type]
+        if deleted:
+            if runner is not None:
+                asyncio.create_task(runner.stop())
+            return
+        if runner is None:
+            self.jobs[key] = _JobRunner(self, dict(body))  # type: ignore[index]
+
     async def close(self) -> None:
         """Stop every local driver (SIGTERM, then the grace period) as the operator exits."""
+        await asyncio.gather(*(j.stop() for j in self.jobs.values()), return_exceptions=True)
+        for j in self.jobs.values():
+            j.task.cancel()
         runners = list(self.runners.values())
         for r in runners:
             r.deleted = True
@@ -312,3 +336,164 @@ class DevRunner:
 
     def cleanup_files(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+# --- reader Jobs (dev only, as above): the kubelet's and the Job controller's part -----------------
+
+REPORT_LIMIT = 4096  # the kubelet keeps at most 4096 bytes of a termination message
+
+
+def translate_job(container: Mapping[str, Any], *, settings_path: str,
+                  report_path: str) -> tuple[list[str], dict[str, str]]:
+    """The local command line and extra environment of a reader Job's container."""
+    command = list(container.get("command") or []) + list(container.get("args") or [])
+    if not command:
+        raise ValueError("the container has no command")
+    if command[0] == "antidote":
+        exe = Path(sys.executable).with_name("antidote")
+        command[:1] = [str(exe)] if exe.exists() else [sys.executable, "-m", "antidote_cli.main"]
+    replace = {"--settings": settings_path, "--report-file": report_path}
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(command):
+        if skip:
+            skip = False
+            continue
+        if arg in replace and i + 1 < len(command):
+            out += [arg, replace[arg]]
+            skip = True
+        else:
+            out.append(arg)
+    env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
+    return out, env
+
+
+def _finished(status: Mapping[str, Any]) -> bool:
+    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
+class _JobRunner:
+    """One reader Job run once as a local process (restartPolicy Never, backoffLimit 0)."""
+
+    def __init__(self, owner: DevRunner, body: Mapping[str, Any]):
+        self.owner = owner
+        meta = body["metadata"]
+        self.ns, self.name = meta["namespace"], meta["name"]
+        self.body = body
+        self.proc: asyncio.subprocess.Process | None = None
+        self.deleted = False
+        self.dir = owner.base / self.ns / "jobs" / self.name
+        self.task = asyncio.create_task(self.run(), name=f"dev runner job {self.ns}/{self.name}")
+
+    async def run(self) -> None:
+        try:
+            status = self.body.get("status") or {}
+            if _finished(status):
+                return
+            if status.get("startTime"):
+                # Started by an earlier operator process, whose children died with it.
+                await self.finish(None, "DevRunnerRestarted", "the dev runner's process ended "
+                                  "with the operator that started it")
+                return
+            await self.execute()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the Job fails, as a pod that cannot start
+            log.warning("dev runner: Job %s/%s: %s", self.ns, self.name, err)
+            try:
+                await self.finish(None, "DevRunnerError", str(err)[:500])
+            except Exception:  # noqa: BLE001
+                pass
+
+    async def execute(self) -> None:
+        k = self.owner.kube
+        spec = self.body["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        cm_name = next(v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v)
+        cm = await k.get(kube.CONFIGMAP, self.ns, cm_name)
+        if cm is None or builders.SETTINGS_KEY not in (cm.get("data") or {}):
+            raise RuntimeError(f"ConfigMap {cm_name} with {builders.SETTINGS_KEY} not found")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        settings = self.dir / builders.SETTINGS_KEY
+        settings.write_text(cm["data"][builders.SETTINGS_KEY])
+        report = self.dir / "report.json"
+        report.unlink(missing_ok=True)
+        argv, extra_env = translate_job(container, settings_path=str(settings), report_path=str(report))
+        env = {**os.environ, **extra_env, "ANTIDOTE_DEV_RUNNER": "1"}
+        logfile = self.dir / "reader.log"
+        with logfile.open("ab") as out:
+            out.write(f"--- {_now()} dev runner: {' '.join(argv)}\n".encode())
+            out.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                env=env, preexec_fn=_die_with_parent)
+        log.warning("DEV RUNNER: started reader Job %s/%s as local process %d (log %s)",
+                    self.ns, self.name, self.proc.pid, logfile)
+        await k.patch(kube.JOB, self.ns, self.name, {"metadata": {"annotations": {
+            DEV_RUNNER: "local process of `antidote operator --dev-runner`, not a pod",
+            DEV_RUNNER_PID: str(self.proc.pid), DEV_RUNNER_LOG: str(logfile)}}})
+        await k.patch(kube.JOB, self.ns, self.name, {"status": {"startTime": _now(), "active": 1}},
+                      subresource="status")
+        deadline = self.body["spec"].get("activeDeadlineSeconds")
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), deadline)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            log.warning("DEV RUNNER: reader Job %s/%s passed its activeDeadlineSeconds", self.ns, self.name)
+            await self.finish(None, "DeadlineExceeded", "Job was active longer than specified deadline",
+                              report)
+            return
+        if code < 0:
+            code = 128 - code
+        log.warning("DEV RUNNER: reader Job %s/%s (process %d) exited with code %d",
+                    self.ns, self.name, self.proc.pid, code)
+        if self.deleted:
+            return
+        if code == 0:
+            await self.finish(code, None, None, report)
+        else:
+            await self.finish(code, "BackoffLimitExceeded",
+                              f"Job has reached the specified backoff limit (exit code {code})", report,
+                              logfile=logfile)
+
+    async def finish(self, code: int | None, reason: str | None, message: str | None,
+                     report: Path | None = None, logfile: Path | None = None) -> None:
+        """Report as the kubelet (termination message) and the Job controller (status) would."""
+        k = self.owner.kube
+        text = None
+        if report is not None and report.exists() and report.stat().st_size:
+            text = report.read_bytes()[:REPORT_LIMIT].decode("utf-8", "replace")
+        elif logfile is not None and logfile.exists():
+            # terminationMessagePolicy FallbackToLogsOnError: the logs' tail.
+            text = logfile.read_bytes()[-2048:].decode("utf-8", "replace")
+        ann: dict[str, str | None] = {DEV_RUNNER_PID: None}
+        if text is not None:
+            ann[DEV_RUNNER_REPORT] = text
+        if code is not None:
+            ann[DEV_RUNNER_EXIT] = json.dumps({"exitCode": code, "finishedAt": _now()})
+        await k.patch(kube.JOB, self.ns, self.name, {"metadata": {"annotations": ann}})
+        now = _now()
+        if reason is None:
+            conds = [{"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+                      "message": "Reached expected number of succeeded pods", "lastTransitionTime": now},
+                     {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                      "message": "Reached expected number of succeeded pods", "lastTransitionTime": now}]
+            status: dict[str, Any] = {"active": 0, "succeeded": 1, "completionTime": now, "conditions": conds}
+        else:
+            conds = [{"type": t, "status": "True", "reason": reason, "message": message or reason,
+                      "lastTransitionTime": now} for t in ("FailureTarget", "Failed")]
+            status = {"active": 0, "failed": 1, "conditions": conds}
+        await k.patch(kube.JOB, self.ns, self.name, {"status": status}, subresource="status")
+
+    async def stop(self) -> None:
+        self.deleted = True
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            log.warning("DEV RUNNER: stopping reader Job %s/%s (process %d)", self.ns, self.name, proc.pid)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 30)
+            except asyncio.TimeoutError:
+                proc.kill()

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 from antidote_api.types import GROUP, VERSION
 
 from .builders import LABEL_CONSUMER
+from . import reader_control
 from .reconcile import Context, delete_children, on_deployment, on_pod, post_event, sync_consumer
 from .status import policy_status
 from .watcher import Watcher
@@ -28,6 +29,7 @@ PP = (GROUP, VERSION, "poisonpolicies")
 # Drivers only: Spark's executor pods carry the consumer label too, but their exits are
 # Spark's business (it replaces executors), not the queue's.
 DRIVER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "driver"}
+READER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "reader"}
 
 KOPF_PREFIX = "kopf.antidote.dev"
 
@@ -102,6 +104,7 @@ async def consumer_event(event: kopf.RawEvent, namespace: str, name: str, spec: 
     if event["type"] == "DELETED":
         ctx.note_user(namespace, name, None)
         ctx.registry.forget(namespace, name)
+        ctx.reader_index.forget(namespace, name)
         return
     ctx.note_user(namespace, name, (spec.get("policyRef") or {}).get("name", ""))
     st = ctx.registry.peek(namespace, name)
@@ -191,3 +194,19 @@ async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
     # consumer disabled its queue); the operator scales to 0 before a restart resumes it.
     if event["type"] != "DELETED":
         on_pod(memo.ctx, body)
+
+
+# --- poison-reader Jobs ------------------------------------------------------------------------
+
+@kopf.on.event("batch", "v1", "jobs", labels=READER)
+async def reader_job_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # Kept in memory.ctx.reader_index (a map fed by this stream, for the reason above);
+    # the consumer is reconciled again, which records the Job's phase in status.
+    reader_control.on_job(memo.ctx, body, deleted=event["type"] == "DELETED")
+
+
+@kopf.on.event("v1", "pods", labels=READER)
+async def reader_pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # The reader writes its JSON report to the termination log; the kubelet puts it here.
+    if event["type"] != "DELETED":
+        reader_control.on_pod(memo.ctx, body)

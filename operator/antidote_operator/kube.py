@@ -45,11 +45,13 @@ EVENT = Kind("/api/v1", "events")
 ROLE = Kind("/apis/rbac.authorization.k8s.io/v1", "roles")
 ROLE_BINDING = Kind("/apis/rbac.authorization.k8s.io/v1", "rolebindings")
 DEPLOYMENT = Kind("/apis/apps/v1", "deployments")
+JOB = Kind("/apis/batch/v1", "jobs")
 QUEUE_CONSUMER = Kind(f"/apis/{GROUP}/{VERSION}", "queueconsumers")
 POISON_POLICY = Kind(f"/apis/{GROUP}/{VERSION}", "poisonpolicies")
 
 BY_KIND = {"ConfigMap": CONFIGMAP, "ServiceAccount": SERVICE_ACCOUNT, "Service": SERVICE,
-           "Role": ROLE, "RoleBinding": ROLE_BINDING, "Deployment": DEPLOYMENT, "Pod": POD}
+           "Role": ROLE, "RoleBinding": ROLE_BINDING, "Deployment": DEPLOYMENT, "Pod": POD,
+           "Job": JOB}
 
 
 class Conflict(Exception):
@@ -204,7 +206,9 @@ def is_subset(want: Any, have: Any) -> bool:
 # The fields of each child the operator owns; the rest (status, server defaults, fields
 # written by other controllers, the dev runner's annotations) is left alone.
 OWNED_FIELDS = {"ConfigMap": ("data",), "ServiceAccount": (), "Role": ("rules",),
-                "RoleBinding": ("subjects",), "Service": ("spec",), "Deployment": ("spec",)}
+                "RoleBinding": ("subjects",), "Service": ("spec",), "Deployment": ("spec",),
+                # A Job's spec is immutable: reader Jobs are created, never updated.
+                "Job": ()}
 
 
 def owned_part(obj: Mapping[str, Any]) -> dict[str, Any]:

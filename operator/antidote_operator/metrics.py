@@ -50,6 +50,12 @@ class OperatorMetrics:
                               ["reason"], registry=r)
         self.scrapes = Counter("antidote_operator_scrapes", "Consumer metrics scrapes, by result.",
                                ["result"], registry=r)
+        self.reader_started = Counter("antidote_operator_reader_jobs_started", "Poison-reader Jobs started, "
+                                      "by consumer and trigger (Manual, Schedule, PoisonDepth).",
+                                      ["namespace", "consumer", "trigger"], registry=r)
+        self.reader_failed = Counter("antidote_operator_reader_jobs_failed", "Poison-reader Jobs that failed, "
+                                     "by consumer and trigger.", ["namespace", "consumer", "trigger"],
+                                     registry=r)
         self.disable_seconds = Histogram(
             "antidote_operator_disable_seconds",
             "From disable evidence (metrics or exit code) reaching the operator to the Deployment "

@@ -25,10 +25,11 @@ from kubernetes.client.rest import ApiException
 
 from antidote_api.types import API_VERSION
 
-from . import builders, kube
+from . import builders, kube, reader_control
 from .builders import LABEL_CONSUMER, RenderOptions
 from .metrics import OperatorMetrics
 from .peering import PeeringGate, own_identity
+from .reader_jobs import DRAIN_ANNOTATION, JobIndex, JobOptions
 from .state import ConsumerState, Registry
 from .status import (PROBE_ANNOTATION, RESUME_ANNOTATION, DeploymentView, Event, Inputs, Termination,
                      decide, status_patch)
@@ -59,6 +60,7 @@ class Options:
     poison_event_interval: float = 60.0
     liveness: str | None = None
     render: RenderOptions = field(default_factory=RenderOptions)
+    reader_jobs: JobOptions = field(default_factory=JobOptions)
 
 
 class Context:
@@ -71,6 +73,7 @@ class Context:
         self.metrics = OperatorMetrics(self.registry)
         self.syncer = Syncer(self)
         self.devrunner: DevRunner | None = None
+        self.reader_index = JobIndex()  # reader Jobs per consumer, from the watch stream
         # PoisonPolicy specs and which consumers use each policy, from the watch streams.
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.users: dict[tuple[str, str], set[str]] = {}
@@ -251,6 +254,10 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
             _observe_scale(ctx, st, d.replicas)
     st.desired_replicas = d.replicas
 
+    # Reader Jobs: start what a trigger asks for; their results join this status write.
+    reader = await reader_control.step(ctx, st, qc, d.settings)
+    if reader.reader_jobs is not None:
+        d.status["readerJobs"] = reader.reader_jobs
     patch = status_patch(qc.get("status"), d.status)
     if patch:
         try:
@@ -262,7 +269,12 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     # Events only after the status that records their transition is stored: a retry or a
     # restarted operator compares against it and does not post them again.
     ref = object_ref(qc)
-    for e in d.events:
+    for t in reader.transitions:
+        await post_event(ctx, ref, t.event)
+        reader_control.count(ctx, ns, name, t)
+        log.log(logging.WARNING if t.event.type == "Warning" else logging.INFO, "%s/%s %s: %s",
+                ns, name, t.event.reason, t.event.message)
+    for e in d.events + reader.events:
         await post_event(ctx, ref, e)
         log.log(logging.WARNING if e.type == "Warning" else logging.INFO, "%s/%s %s: %s",
                 ns, name, e.reason, e.message)
@@ -272,6 +284,8 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
             ctx.metrics.pauses.labels("UserRequested").inc()
         elif e.reason == "Resumed" and d.resumed:
             ctx.metrics.resumes.labels("Probing" if isinstance(d.probe, str) else "Resumed").inc()
+    if reader.recheck_at is not None and (d.recheck_at is None or reader.recheck_at < d.recheck_at):
+        d.recheck_at = reader.recheck_at
     st.poison, st.recheck_at = d.poison, d.recheck_at
     st.conditions = {c["type"]: c["status"] for c in d.status.get("conditions", [])}
     if d.resumed:
@@ -281,6 +295,8 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     annotations: dict[str, str | None] = {}
     if d.consume_resume:
         annotations[RESUME_ANNOTATION] = None
+    if reader.consume_drain:
+        annotations[DRAIN_ANNOTATION] = None
     if d.probe is not False:
         annotations[PROBE_ANNOTATION] = d.probe  # type: ignore[assignment]
     if annotations:
@@ -322,7 +338,7 @@ async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> 
             continue
         if await ctx.kube.delete(kind, namespace, child_name):
             deleted.append(f"{kind_name}/{child_name}")
-    return deleted
+    return deleted + await reader_control.delete_reader_objects(ctx, namespace, name, uid)
 
 
 # --- Deployments and Pods: what the consumer's driver is doing ----------------------------

@@ -37,6 +37,7 @@ class ConsumerState:
     next_resync: float = 0.0  # monotonic time of the next level-based full reconcile
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status, for metrics
     disabled_seen_at: float | None = None  # monotonic time the disable evidence arrived
+    reader_waiting: str | None = None  # a reader trigger waiting for the active Job (logged once)
 
 
 class Registry:

@@ -1,0 +1,567 @@
+"""The on-call commands: `antidote inspect|resume|drain|redrive <consumer>`.
+
+Also the kubectl plugin (`kubectl antidote inspect orders -n shop`): kubectl runs the
+`kubectl-antidote` console script with the words after `antidote`, which is this parser.
+They read the cluster like kubectl does (--kubeconfig, --context, -n) and Kafka with the
+consumer's effective settings (ConfigMap `<consumer>-settings`); nothing here commits an
+offset or writes to Kafka except `redrive`, which runs the reader itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import textwrap
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+GROUP, VERSION, PLURAL = "antidote.dev", "v1alpha1", "queueconsumers"
+RESUME_ANNOTATION = "antidote.dev/resume"
+REDRIVE_COUNT = "antidote.redrive.count"
+WIDTH = 100
+PAYLOAD_CHARS = 40
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 1."""
+
+
+# --- the cluster ----------------------------------------------------------------------------
+
+class Cluster:
+    def __init__(self, args: argparse.Namespace):
+        from kubernetes import client, config
+
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
+            ctx = next((c for c in contexts if c["name"] == args.context), None) if args.context else active
+            if args.context and ctx is None:
+                raise CliError(f'context "{args.context}" is not in the kubeconfig')
+            cfg = client.Configuration()
+            config.load_kube_config(config_file=args.kubeconfig, context=args.context,
+                                    client_configuration=cfg)
+        except config.ConfigException as err:
+            raise CliError(f"cannot load the kubeconfig: {err}") from None
+        cfg.retries = 1  # an unreachable cluster answers in seconds, not minutes
+        self.host = cfg.host
+        self.namespace = args.namespace or (ctx or {}).get("context", {}).get("namespace") or "default"
+        self.api = client.ApiClient(cfg)
+        self.objs = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+
+    def call(self, fn: Any, *a: Any, missing: str | None = None, **kw: Any) -> Any:
+        """One API call with errors in words; `missing` is the message for a 404."""
+        import urllib3
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return fn(*a, _request_timeout=(5, 30), **kw)
+        except ApiException as err:
+            if err.status == 404 and missing is not None:
+                raise CliError(missing) from None
+            try:
+                why = json.loads(err.body).get("message", err.reason)
+            except (TypeError, ValueError):
+                why = err.reason
+            raise CliError(f"the API server at {self.host} answered {err.status}: {why}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            cause = getattr(err, "reason", None) or err
+            text = str(cause).split(": ", 1)[-1] if "Connection refused" not in str(cause) else "connection refused"
+            raise CliError(f"cannot reach the Kubernetes API server at {self.host}: {text}") from None
+
+    def consumer(self, name: str) -> dict[str, Any]:
+        return self.call(self.objs.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
+                         missing=f'queueconsumer "{name}" not found in namespace "{self.namespace}"')
+
+    def settings(self, name: str) -> Any:
+        import yaml
+
+        from antidote_api.semantics import EffectiveSettings
+
+        cm = self.call(self.core.read_namespaced_config_map, f"{name}-settings", self.namespace,
+                       missing=f'ConfigMap "{name}-settings" not found in namespace "{self.namespace}": '
+                               "the operator writes it; is it running, and is the consumer valid?")
+        text = (cm.data or {}).get("settings.yaml")
+        if not text:
+            raise CliError(f'ConfigMap "{name}-settings" has no settings.yaml')
+        return EffectiveSettings.model_validate(yaml.safe_load(text))
+
+    def patch_consumer(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.call(self.objs.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
+                         name, dict(body), missing=f'queueconsumer "{name}" not found in namespace '
+                                                   f'"{self.namespace}"')
+
+
+# --- reading quarantined messages -------------------------------------------------------------
+
+@dataclass
+class Quarantined:
+    topic: str
+    partition: int
+    offset: int
+    origin: str  # original topic/partition/offset
+    reason: str
+    error_class: str
+    attempts: int | None
+    first_failure: str | None
+    last_failure: str | None
+    redrives: int
+    handled: bool  # before the reader group's committed offset
+    payload: str | None = None
+    payload_bytes: int | None = None
+
+
+def _ms(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromtimestamp(int(text) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def quarantined(record_topic: str, partition: int, offset: int, headers: Iterable[tuple[str, bytes | None]],
+                value: bytes | None, handled: bool, show_payload: bool) -> Quarantined:
+    h: dict[str, str] = {}
+    for k, v in headers or ():
+        if v is not None:
+            h[k] = v.decode("utf-8", "replace")
+
+    def num(key: str) -> int | None:
+        try:
+            return int(h[key])
+        except (KeyError, ValueError):
+            return None
+
+    origin = "/".join(str(x) for x in (h.get("antidote.original.topic", "?"),
+                                       h.get("antidote.original.partition", "?"),
+                                       h.get("antidote.original.offset", "?")))
+    payload = None
+    if show_payload and value is not None:
+        text = value.decode("utf-8", "replace")
+        payload = text if len(text) <= PAYLOAD_CHARS else text[:PAYLOAD_CHARS - 1] + "…"
+    return Quarantined(topic=record_topic, partition=partition, offset=offset, origin=origin,
+                       reason=h.get("antidote.reason", ""), error_class=h.get("antidote.error.class", ""),
+                       attempts=num("antidote.attempts"), first_failure=_ms(h.get("antidote.failure.first")),
+                       last_failure=_ms(h.get("antidote.failure.last")), redrives=num(REDRIVE_COUNT) or 0,
+                       handled=handled, payload=payload,
+                       payload_bytes=None if not show_payload or value is None else len(value))
+
+
+def matches(q: Quarantined, *, error_classes: Sequence[str], reasons: Sequence[str], since: datetime | None) -> bool:
+    if error_classes and q.error_class not in error_classes:
+        return False
+    if reasons and q.reason not in reasons:
+        return False
+    if since is not None:
+        last = q.last_failure or q.first_failure
+        if last is None or datetime.fromisoformat(last.replace("Z", "+00:00")) < since:
+            return False
+    return True
+
+
+def read_topic(bootstrap: str, topic: str, group: str, *, limit: int, show_payload: bool,
+               props: Mapping[str, str], filters: Mapping[str, Any]) -> tuple[list[Quarantined], int, int]:
+    """(up to `limit` matching messages, how many matched, how many the topic holds).
+    Assigns partitions (no group membership, nothing committed)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", **props})
+    try:
+        try:
+            md = c.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException as err:
+            raise CliError(f"cannot reach Kafka at {bootstrap}: {err.args[0].str() if err.args else err}; "
+                           "pass --bootstrap-servers when the cluster's brokers are not reachable "
+                           "from here") from None
+        if md is None or md.error is not None:
+            if md is not None and md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return [], 0, 0
+            raise CliError(f"topic {topic}: {md.error if md else 'not found'}")
+        parts = sorted(md.partitions)
+        tps = [TopicPartition(topic, p) for p in parts]
+        committed = {tp.partition: tp.offset for tp in c.committed(tps, timeout=10)}
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+        total = 0  # records read (offsets would count transaction markers too)
+        todo = {p for p in parts if ends[p][1] > ends[p][0]}
+        c.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
+        out: list[Quarantined] = []
+        matched = 0
+        while todo:
+            msg = c.poll(10)
+            if msg is None:
+                break  # read_committed: an open transaction holds the rest back
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    todo.discard(msg.partition())
+                    continue
+                raise CliError(f"reading {topic}: {msg.error()}")
+            total += 1
+            done_upto = committed.get(msg.partition(), -1)
+            q = quarantined(msg.topic(), msg.partition(), msg.offset(), msg.headers() or (), msg.value(),
+                            handled=done_upto is not None and done_upto >= 0 and msg.offset() < done_upto,
+                            show_payload=show_payload)
+            if matches(q, **filters):
+                matched += 1
+                if len(out) < limit:
+                    out.append(q)
+            if msg.offset() + 1 >= ends[msg.partition()][1]:
+                todo.discard(msg.partition())
+        return out, matched, total
+    finally:
+        c.close()
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def say(text: str) -> None:
+    print("\n".join(textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)))
+
+
+def header_line(qc: Mapping[str, Any]) -> str:
+    meta, status = qc.get("metadata") or {}, qc.get("status") or {}
+    conds = " ".join(f"{c['type']}={c['status']}" + (f"({c['reason']})" if c.get("reason") else "")
+                     for c in status.get("conditions") or [])
+    counts = status.get("counts") or {}
+    nums = ", ".join(f"{k} {counts[k]}" for k in ("processed", "moved", "rejected", "dropped", "retried")
+                     if counts.get(k))
+    line = f"{meta.get('namespace')}/{meta.get('name')}: {conds or 'no status yet'}"
+    return line + (f"; {nums}" if nums else "")
+
+
+COLUMNS = (("ORIGIN", 24), ("REASON", 15), ("ERROR CLASS", 20), ("ATT", 3), ("FIRST FAILURE", 14),
+           ("LAST FAILURE", 14), ("RDR", 3))
+
+
+def render_table(rows: Sequence[Quarantined], *, show_payload: bool = False, width: int = WIDTH,
+                 source: str | None = None) -> list[str]:
+    """The message table: every line at most `width` columns; times in UTC (MM-DD hh:mm:ss).
+    Origins from `source` (the consumer's topic) show as partition/offset only."""
+    def t(s: str | None) -> str:
+        return s[5:19].replace("T", " ") if s else "-"
+
+    lines = []
+    head = [name.ljust(w) for name, w in COLUMNS]
+    lines.append(" ".join(head).rstrip())
+    for q in rows:
+        origin = q.origin.removeprefix(f"{source}/") if source else q.origin
+        cells = [_cut(origin, 23) + "*" if q.handled else _cut(origin, 24), _cut(q.reason, 15), _cut(q.error_class or "-", 20),
+                 str(q.attempts if q.attempts is not None else "-"), t(q.first_failure), t(q.last_failure),
+                 str(q.redrives)]
+        lines.append(" ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS)).rstrip())
+        if show_payload:
+            text = ("null (a tombstone)" if q.payload_bytes is None else
+                    f"({q.payload_bytes} bytes): {json.dumps(q.payload, ensure_ascii=False)}")
+            lines.append(_cut(f"    payload {text}", width))
+    return [_cut(line, width) for line in lines]
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"--since: {text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00Z)") from None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _props(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--kafka-property: {item!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    k = Cluster(args)
+    qc = k.consumer(args.consumer)
+    s = k.settings(args.consumer)
+    topic = s.topics.dlq if args.dlq else s.topics.poison
+    bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
+    group = f"antidote-reader-{s.namespace}-{s.consumer}"
+    filters = {"error_classes": args.error_class or [], "reasons": args.reason or [], "since": _since(args.since)}
+    rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
+                                      props=_props(args.kafka_property or []), filters=filters)
+    if args.output == "json":
+        print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
+                          "status": qc.get("status") or {}, "total": total, "matched": matched,
+                          "shown": len(rows), "messages": [asdict(r) for r in rows]}, indent=2))
+        return 0
+    # Wrapped, not cut: the conditions say why the consumer stopped.
+    say(header_line(qc))
+    say(f"{topic}: {total} record(s), {matched} match, showing {len(rows)}; ORIGIN is "
+        f"partition/offset in {s.source.topic}")
+    if rows:
+        for line in render_table(rows, show_payload=args.show_payload, source=s.source.topic):
+            print(line)
+    if any(r.handled for r in rows):
+        print(f"* handled already by a reader Job (before {group}'s committed offset)")
+    if args.show_payload:
+        print(f"payloads are cut to {PAYLOAD_CHARS} characters; they may hold secrets")
+    if matched > len(rows):
+        print(f"{matched - len(rows)} more not shown (--limit {args.limit})")
+    return 0
+
+
+def _condition(qc: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in (qc.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    k = Cluster(args)
+    qc = k.consumer(args.consumer)
+    paused = bool((qc.get("spec") or {}).get("paused"))
+    qd = _condition(qc, "QueueDisabled")
+    disabled = qd is not None and qd.get("status") == "True"
+    if not (paused or disabled or args.force):
+        state = f"QueueDisabled={qd['status']} ({qd.get('reason')})" if qd else "no QueueDisabled condition"
+        raise CliError(f'queueconsumer "{args.consumer}" is neither paused nor disabled ({state}); '
+                       "nothing to resume (--force annotates it anyway)")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body: dict[str, Any] = {"metadata": {"annotations": {RESUME_ANNOTATION: stamp}}}
+    if paused:
+        body["spec"] = {"paused": False}
+    k.patch_consumer(args.consumer, body)
+    did = [f"annotated {RESUME_ANNOTATION}={stamp}"] + (["set spec.paused to false"] if paused else [])
+    why = f"disabled ({qd.get('reason')})" if disabled else ("paused" if paused else "not paused (--force)")
+    if args.output == "json":
+        print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "was": why,
+                          "annotation": {RESUME_ANNOTATION: stamp}, "unpaused": paused}))
+    else:
+        say(f'queueconsumer "{args.consumer}" was {why}: {" and ".join(did)}; the operator re-enables '
+            "the queue and removes the annotation")
+    return 0
+
+
+def drain_request(args: argparse.Namespace) -> Any:
+    from antidote_operator.reader_jobs import DrainRequest
+
+    since = _since(args.since)
+    until = _since(args.until)
+    rid = args.request_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
+    return DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
+                        reasons=tuple(args.reason or ()), since=since and since.isoformat(),
+                        until=until and until.isoformat(), rate=args.rate, dry_run=args.dry_run,
+                        source="dlq" if getattr(args, "dlq", False) else None)
+
+
+def job_report(k: Cluster, job: Any) -> str | None:
+    from antidote_operator.reader_jobs import DEV_RUNNER_REPORT
+
+    ann = job.metadata.annotations or {}
+    if ann.get(DEV_RUNNER_REPORT):
+        return ann[DEV_RUNNER_REPORT]
+    pods = k.call(k.core.list_namespaced_pod, k.namespace,
+                  label_selector=f"batch.kubernetes.io/job-name={job.metadata.name}").items
+    for pod in pods:
+        for cs in (pod.status.container_statuses or []) if pod.status else []:
+            term = cs.state.terminated if cs.state else None
+            if term is not None and term.message:
+                return term.message
+    return None
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    from antidote_operator.reader_jobs import DRAIN_ANNOTATION, drain_job_name
+
+    k = Cluster(args)
+    k.consumer(args.consumer)
+    req = drain_request(args)
+    k.patch_consumer(args.consumer, {"metadata": {"annotations": {DRAIN_ANNOTATION: req.annotation()}}})
+    name = drain_job_name(args.consumer, req.id)
+    if not args.wait:
+        if args.output == "json":
+            print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "request": req.id, "job": name}))
+        else:
+            say(f'drain requested on queueconsumer "{args.consumer}" ({DRAIN_ANNOTATION}={req.id}); '
+                f"the operator starts Job {name}")
+        return 0
+    if args.output != "json":
+        print(f"drain requested ({req.id}); waiting for Job {name}...", file=sys.stderr)
+    deadline = time.monotonic() + args.timeout
+    entry: Mapping[str, Any] | None = None
+    last_phase = None
+    while time.monotonic() < deadline:
+        qc = k.consumer(args.consumer)
+        entry = next((e for e in (qc.get("status") or {}).get("readerJobs") or [] if e.get("name") == name), None)
+        if entry is not None and entry.get("phase") != last_phase and args.output != "json":
+            last_phase = entry.get("phase")
+            print(f"Job {name}: {last_phase}", file=sys.stderr)
+        if entry is not None and entry.get("phase") in ("Succeeded", "Failed"):
+            break
+        time.sleep(1)
+    else:
+        raise CliError(f"Job {name} did not finish within {args.timeout:g}s "
+                       + ("(the operator has not started it: is it running?)" if entry is None else
+                          f"(it is {entry.get('phase')})"))
+    job = k.call(k.batch.read_namespaced_job, name, k.namespace, missing=f"Job {name} is gone")
+    report = job_report(k, job)
+    if args.output == "json":
+        try:
+            rep: Any = json.loads(report) if report else None
+        except ValueError:
+            rep = report
+        print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "job": name,
+                          "phase": entry["phase"], "message": entry.get("message"), "report": rep}, indent=2))
+    else:
+        print(f"Job {name} {entry['phase']}: {entry.get('message')}")
+        if report:
+            print(report.strip())
+    return 0 if entry["phase"] == "Succeeded" else 1
+
+
+def cmd_redrive(args: argparse.Namespace, local_run: Any = None) -> int:
+    """`redrive <consumer>`: the reader with action Redrive, run in this process with the
+    consumer's settings from the cluster (so its Kafka must be reachable from here)."""
+    if args.name is None:
+        if local_run is not None and (getattr(args, "settings", None) or getattr(args, "consumer", None)):
+            return local_run(args)  # `antidote redrive --settings FILE`: the reader's own form
+        raise CliError("name a consumer (antidote redrive CONSUMER -n NS) or give --settings/--consumer manifests")
+    if getattr(args, "settings", None) or getattr(args, "consumer", None):
+        raise CliError("give either a consumer name or --settings/--consumer, not both")
+    k = Cluster(args)
+    k.consumer(args.name)
+    s = k.settings(args.name)
+    if args.bootstrap_servers:
+        s = s.model_copy(update={"source": s.source.model_copy(update={"bootstrap_servers": args.bootstrap_servers})})
+    if args.kafka_property:
+        raise CliError("--kafka-property is not supported by redrive yet (the reader reads client "
+                       "properties from the consumer's mounted secret); run it in the cluster with "
+                       f"`antidote drain {args.name} --action Redrive`")
+    try:
+        from antidote_cli import reader as reader_cli
+        from antidote_consumer.reader import run_reader
+        from antidote_consumer.reader_rules import ReaderError
+    except ImportError:
+        raise CliError("this antidote has no poison reader (antidote_consumer.reader); use "
+                       f"`antidote drain {args.name} --action Redrive` to run it in the cluster") from None
+    import logging
+    import threading
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    try:
+        report = run_reader(s, reader_cli.options(args), stop=stop)
+    except ReaderError as err:
+        raise CliError(str(err)) from None
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    return reader_cli.finish(report, args)
+
+
+# --- the parser -------------------------------------------------------------------------------------
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("consumer", help="the QueueConsumer's name")
+    p.add_argument("-n", "--namespace", default=None, help="its namespace (default: the context's)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+
+
+def _filters(p: argparse.ArgumentParser, until: bool = True) -> None:
+    p.add_argument("--error-class", action="append", metavar="CLASS", help="only this error class (repeatable)")
+    p.add_argument("--reason", action="append", choices=("max-attempts", "non-retryable", "validation",
+                                                         "batch-isolation"), help="only this reason (repeatable)")
+    p.add_argument("--since", metavar="ISO", help="only messages that failed at or after this time")
+    if until:
+        p.add_argument("--until", metavar="ISO", help="only messages that failed before this time")
+
+
+def _kafka(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-servers", default=None,
+                   help="reach Kafka here instead of the consumer's bootstrapServers (from outside the cluster)")
+    p.add_argument("--kafka-property", action="append", metavar="KEY=VALUE",
+                   help="extra Kafka client property, e.g. security.protocol=SSL (repeatable)")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("inspect", help="list a consumer's quarantined messages",
+                            description="The poison (or dead-letter) topic of a consumer as a table: "
+                                        "where each message came from, why, how often it was tried.")
+    _common(p)
+    _filters(p, until=False)
+    _kafka(p)
+    p.add_argument("--dlq", action="store_true", help="read the dead-letter topic instead of the poison topic")
+    p.add_argument("--limit", type=int, default=50, help="show at most this many (default 50)")
+    p.add_argument("--show-payload", action="store_true", help="show each value (cut to 40 characters)")
+    p.set_defaults(run=_guard(cmd_inspect))
+
+    p = commands.add_parser("resume", help="resume a disabled or paused consumer")
+    _common(p)
+    p.add_argument("--force", action="store_true", help="annotate even if it is neither paused nor disabled")
+    p.set_defaults(run=_guard(cmd_resume))
+
+    p = commands.add_parser("drain", help="start a poison-reader Job in the cluster now")
+    _common(p)
+    _filters(p)
+    p.add_argument("--action", choices=("Redrive", "Archive", "Drop", "Hold"),
+                   help="what the Job does (default: the policy's reader.action)")
+    p.add_argument("--rate", type=int, default=None, help="messages per second at most")
+    p.add_argument("--dry-run", action="store_true", help="report what it would do; change nothing")
+    p.add_argument("--dlq", action="store_true", help="read the dead-letter topic instead")
+    p.add_argument("--request-id", default=None, help="the request id (default: the time and 4 random hex digits)")
+    p.add_argument("--wait", action="store_true", help="follow the Job to its end and print its report")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds --wait waits (default 900)")
+    p.set_defaults(run=_guard(cmd_drain))
+
+    _register_redrive(commands)
+
+
+def _register_redrive(commands: argparse._SubParsersAction) -> None:
+    """`redrive CONSUMER` joins the reader's `redrive --settings FILE` (antidote_cli.reader,
+    registered first): one command, two ways to name the consumer."""
+    p = commands.choices.get("redrive")
+    local_run = None
+    if p is None:  # no reader in this build: the command says so when run
+        p = commands.add_parser("redrive", help="send a consumer's poison messages back to its topic")
+        p.add_argument("--rate", type=int, default=None)
+        p.add_argument("--dry-run", action="store_true")
+        _filters(p)
+        p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    else:
+        local_run = p.get_default("run")
+        for group in p._mutually_exclusive_groups:  # --settings|--consumer: now one of three ways
+            group.required = False
+    p.description = ("Redrive poison messages to the source topic (the reader with action Redrive). "
+                     "With CONSUMER, its settings come from the cluster (ConfigMap CONSUMER-settings) "
+                     "and the reader runs here, so its Kafka must be reachable from here; "
+                     "`antidote drain CONSUMER --action Redrive` runs it in the cluster instead.")
+    p.add_argument("name", nargs="?", metavar="CONSUMER", help="the QueueConsumer (in the cluster)")
+    p.add_argument("-n", "--namespace", default=None, help="its namespace (default: the context's)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file")
+    p.add_argument("--context", default=None, help="kubeconfig context")
+    _kafka(p)
+    p.set_defaults(run=_guard(lambda args: cmd_redrive(args, local_run)))
+
+
+def _guard(fn: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except CliError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+    return run

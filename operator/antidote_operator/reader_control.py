@@ -1,0 +1,168 @@
+"""Reader Jobs in the reconcile loop: observe Jobs and their pods, start the Job a trigger
+asks for, and fold what the Jobs say into status.readerJobs (decisions in reader_jobs).
+
+Called from `_sync_once` with the QueueConsumer as read: the new readerJobs go into the
+same conditional status write as the conditions, and the Events follow that write, so a
+retry or a restarted operator never posts them twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from antidote_api.semantics import EffectiveSettings
+
+from . import kube
+from . import reader_jobs as rj
+from .builders import LABEL_CONSUMER
+from .status import Event
+
+if TYPE_CHECKING:
+    from .reconcile import Context
+    from .state import ConsumerState
+
+log = logging.getLogger("antidote.operator.reader")
+
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+
+
+@dataclass
+class Outcome:
+    reader_jobs: list[dict[str, Any]] | None = None  # the new status.readerJobs; None: unchanged
+    events: list[Event] = field(default_factory=list)
+    transitions: list[rj.Transition] = field(default_factory=list)
+    consume_drain: bool = False
+    recheck_at: datetime | None = None  # when a schedule needs another look
+
+
+# --- watch streams -------------------------------------------------------------------------------
+
+def on_job(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
+    ns = (body.get("metadata") or {}).get("namespace")
+    if not ns:
+        return
+    view = ctx.reader_index.put(ns, body, deleted)
+    if ctx.devrunner is not None:
+        ctx.devrunner.observe_job(body, deleted)
+    if view is not None and ctx.registry.peek(ns, view.consumer) is not None:
+        ctx.syncer.kick(ns, view.consumer)
+
+
+def on_pod(ctx: Context, body: Mapping[str, Any]) -> None:
+    """A reader pod that terminated: its message is the reader's report."""
+    meta = body.get("metadata") or {}
+    ns, lab = meta.get("namespace"), meta.get("labels") or {}
+    job = next((lab[k] for k in JOB_NAME_LABELS if lab.get(k)), None)
+    report = rj.pod_report(body)
+    if not ns or not job or report is None or ctx.reader_index.reports.get((ns, job)) == report:
+        return
+    ctx.reader_index.reports[(ns, job)] = report
+    consumer = lab.get(LABEL_CONSUMER)
+    if consumer and ctx.registry.peek(ns, consumer) is not None:
+        ctx.syncer.kick(ns, consumer)
+
+
+# --- one reconcile step --------------------------------------------------------------------------
+
+async def _ensure_listed(ctx: Context, ns: str) -> None:
+    """One list of a namespace's reader Jobs after a start: the watch stream may not have
+    delivered them yet when the first consumer there is reconciled."""
+    idx = ctx.reader_index
+    if ns in idx.listed:
+        return
+    for body in await ctx.kube.list(kube.JOB, ns, f"{LABEL_CONSUMER},app.kubernetes.io/component={rj.COMPONENT}"):
+        idx.put(ns, body)
+    idx.listed.add(ns)
+
+
+async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSettings,
+                      spawn: rj.Spawn, depth: int | None) -> rj.JobView | None:
+    ns, name = qc["metadata"]["namespace"], qc["metadata"]["name"]
+    sa = rj.build_reader_service_account(name)
+    job = rj.build_reader_job(settings, ctx.options.render, trigger=spawn.trigger, name=spawn.name,
+                              request=spawn.request, depth=depth, job_opts=ctx.options.reader_jobs)
+    rj.adopt(qc, sa, job)
+    if await kube.apply(ctx.kube, sa) == "created":
+        ctx.metrics.child_writes.labels("ServiceAccount", "created").inc()
+    try:
+        body = await ctx.kube.create(kube.JOB, ns, job)
+        ctx.metrics.child_writes.labels("Job", "created").inc()
+        log.info("created Job %s/%s: %s", ns, spawn.name, spawn.reason)
+    except kube.Conflict:
+        # Created before (a restart between creating it and recording it): adopt it.
+        body = await ctx.kube.get(kube.JOB, ns, spawn.name)
+        log.info("Job %s/%s exists already; adopted", ns, spawn.name)
+        if body is None:
+            return None
+    return ctx.reader_index.put(ns, body)
+
+
+async def step(ctx: Context, st: ConsumerState, qc: Mapping[str, Any],
+               settings: EffectiveSettings | None) -> Outcome:
+    meta = qc["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    await _ensure_listed(ctx, ns)
+    stored = list((qc.get("status") or {}).get("readerJobs") or [])
+    jobs = ctx.reader_index.of(ns, name)
+    out = Outcome()
+    depth = st.sample.depths.get("poison") if st.sample is not None else None
+    if settings is not None:
+        now = datetime.now(timezone.utc)
+        p = rj.plan(consumer=name, settings=settings, annotations=meta.get("annotations") or {},
+                    depth=depth, now=now, created=rj._time(meta.get("creationTimestamp")), jobs=jobs,
+                    stored=stored, job_opts=ctx.options.reader_jobs)
+        if p.invalid_drain is not None:
+            out.events.append(Event("Warning", "DrainInvalid",
+                                    f"The {rj.DRAIN_ANNOTATION} annotation cannot be read: "
+                                    f"{p.invalid_drain}. It was removed; nothing was started."))
+        if p.spawn is not None:
+            view = await _create_job(ctx, qc, settings, p.spawn, depth)
+            if view is not None:
+                jobs = ctx.reader_index.of(ns, name)
+        elif p.waiting and p.waiting != st.reader_waiting:
+            log.info("%s/%s: %s", ns, name, p.waiting)
+        st.reader_waiting = p.waiting
+        out.consume_drain = p.consume_drain
+        if settings.reader.trigger.schedule:
+            # Cron has minute resolution: look again just after the next minute starts.
+            out.recheck_at = now.replace(second=1, microsecond=0) + timedelta(minutes=1)
+    if not jobs and not stored:
+        return out
+    entries = [rj.status_entry(j, ctx.reader_index.reports.get((ns, j.name))) for j in jobs]
+    new = rj.merge_status(stored, entries)
+    if new != stored:
+        out.reader_jobs = new
+        out.transitions = rj.transitions(stored, new)
+    return out
+
+
+def count(ctx: Context, ns: str, name: str, t: rj.Transition) -> None:
+    if t.result == "started":
+        ctx.metrics.reader_started.labels(ns, name, t.trigger).inc()
+    elif t.result == "failed":
+        ctx.metrics.reader_failed.labels(ns, name, t.trigger).inc()
+
+
+# --- deletion (the local stack has no garbage collector) ------------------------------------------
+
+async def delete_reader_objects(ctx: Context, namespace: str, name: str, uid: str) -> list[str]:
+    deleted: list[str] = []
+    for job in await ctx.kube.list(kube.JOB, namespace, f"{LABEL_CONSUMER}={name},app.kubernetes.io/component={rj.COMPONENT}"):
+        owners = job["metadata"].get("ownerReferences") or []
+        if any(o.get("uid") == uid for o in owners):
+            # Background: the Job's pods go too (the API's default for Jobs orphans them).
+            out = await ctx.kube.call("DELETE", kube.JOB.path(namespace, job["metadata"]["name"]),
+                                      {"apiVersion": "v1", "kind": "DeleteOptions",
+                                       "propagationPolicy": "Background"})
+            if out is not None:
+                deleted.append(f"Job/{job['metadata']['name']}")
+    sa = await ctx.kube.get(kube.SERVICE_ACCOUNT, namespace, rj.service_account_name(name))
+    if sa is not None and any(o.get("uid") == uid for o in sa["metadata"].get("ownerReferences") or []):
+        if await ctx.kube.delete(kube.SERVICE_ACCOUNT, namespace, rj.service_account_name(name)):
+            deleted.append(f"ServiceAccount/{rj.service_account_name(name)}")
+    ctx.reader_index.forget(namespace, name)
+    return deleted

@@ -1,0 +1,548 @@
+"""Poison-reader Jobs, as pure functions: names, manifests, trigger decisions, status.
+
+A QueueConsumer's reader Job runs `antidote reader` (the consumer's image, its settings
+ConfigMap) over the poison topic. Three triggers start one, all level-based:
+- the annotation `antidote.dev/drain` (a request id, or a JSON request with an action and
+  filters; `antidote drain` writes it), removed once its Job exists;
+- `reader.trigger.schedule` (cron, UTC): the latest due slot, within a starting deadline;
+- `reader.trigger.poisonDepth`: at least that many poison records arrived since the newest
+  reader Job started (the poison topic's depth is end - start offsets, which a reader does
+  not lower, so "depth >= N" alone would fire forever).
+At most one Job per consumer is active. Names are derived from the trigger instance (the
+request id, the slot, the newest Job before it), so an operator that restarts between
+creating a Job and recording it creates the same name again: 409, adopted, never doubled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import kopf
+
+from antidote_api.consumer import ReaderJob
+from antidote_api.semantics import EffectiveSettings
+
+from . import builders, cron
+from .builders import CONFIG_DIR, LABEL_CONSUMER, MANAGED_BY, SECRETS_DIR, SETTINGS_KEY, RenderOptions
+from .status import Event
+
+DRAIN_ANNOTATION = "antidote.dev/drain"
+# Set by the dev runner on a Job it ran: the report, as a pod's termination message is.
+DEV_RUNNER_REPORT = "antidote.dev/dev-runner-report"
+TRIGGER_LABEL = "antidote.dev/reader-trigger"
+ACTION_ANNOTATION = "antidote.dev/reader-action"
+DEPTH_ANNOTATION = "antidote.dev/poison-depth"
+REQUEST_ANNOTATION = "antidote.dev/drain-request"
+COMPONENT = "reader"
+CONTAINER = "reader"
+TERMINATION_LOG = "/dev/termination-log"
+MAX_STATUS_JOBS = 16
+
+# Trigger -> (name slug, status.readerJobs[].trigger). Slugs are short: a 40-character
+# consumer name + "-reader-" + slug + "-" + 8 hex digits fits the 63 of a label value.
+TRIGGERS = {"drain": "Manual", "sched": "Schedule", "depth": "PoisonDepth"}
+ACTIONS = ("Redrive", "Archive", "Drop", "Hold")
+REASONS = ("max-attempts", "non-retryable", "validation", "batch-isolation")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Operator-wide limits of reader Jobs."""
+
+    active_deadline_seconds: int = 3600
+    ttl_seconds_after_finished: int = 7 * 86400
+    backoff_limit: int = 0  # a failed reader is reported, not retried behind on-call's back
+    schedule_deadline_seconds: int = 300  # a slot missed by more than this is skipped
+
+
+# --- drain requests ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DrainRequest:
+    """What `antidote.dev/drain` asks for: a plain id (the policy's reader settings), or
+    JSON `{"id", "action", "errorClasses", "reasons", "since", "until", "rate", "dryRun",
+    "from"}`."""
+
+    id: str
+    action: str | None = None
+    error_classes: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    rate: int | None = None
+    dry_run: bool = False
+    source: str | None = None  # poison | dlq
+
+    def annotation(self) -> str:
+        doc: dict[str, Any] = {"id": self.id}
+        for key, value in (("action", self.action), ("errorClasses", list(self.error_classes)),
+                           ("reasons", list(self.reasons)), ("since", self.since),
+                           ("until", self.until), ("rate", self.rate), ("dryRun", self.dry_run),
+                           ("from", self.source)):
+            if value:
+                doc[key] = value
+        return self.id if len(doc) == 1 and not self.id.startswith("{") else json.dumps(doc, sort_keys=True)
+
+    def args(self) -> list[str]:
+        out: list[str] = []
+        if self.source:
+            out += ["--from", self.source]
+        if self.action:
+            out += ["--action", self.action]
+        if self.rate:
+            out += ["--rate", str(self.rate)]
+        for c in self.error_classes:
+            out += ["--error-class", c]
+        for r in self.reasons:
+            out += ["--reason", r]
+        if self.since:
+            out += ["--since", self.since]
+        if self.until:
+            out += ["--until", self.until]
+        if self.dry_run:
+            out.append("--dry-run")
+        return out
+
+
+def _iso(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be an ISO 8601 time")
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{name} must be an ISO 8601 time, not {value!r}") from None
+    return value
+
+
+def parse_drain(value: str) -> DrainRequest:
+    """The request in the annotation; ValueError naming the field that is wrong."""
+    text = value.strip()
+    if not text:
+        raise ValueError("the value is empty; set a request id (any text) or a JSON request")
+    if not text.startswith("{"):
+        return DrainRequest(id=text)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not valid JSON: {err.msg} at column {err.colno}") from None
+    known = {"id", "action", "errorClasses", "reasons", "since", "until", "rate", "dryRun", "from"}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    rid = doc.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise ValueError("id must be a non-empty string")
+    action = doc.get("action")
+    if action is not None and action not in ACTIONS:
+        raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
+    classes = doc.get("errorClasses") or []
+    if not isinstance(classes, list) or not all(isinstance(c, str) and c for c in classes):
+        raise ValueError("errorClasses must be a list of class names")
+    reasons = doc.get("reasons") or []
+    if not isinstance(reasons, list) or any(r not in REASONS for r in reasons):
+        raise ValueError(f"reasons must be a list of {', '.join(REASONS)}")
+    rate = doc.get("rate")
+    if rate is not None and (not isinstance(rate, int) or isinstance(rate, bool) or rate < 1):
+        raise ValueError("rate must be a positive integer (messages per second)")
+    dry = doc.get("dryRun", False)
+    if not isinstance(dry, bool):
+        raise ValueError("dryRun must be true or false")
+    source = doc.get("from")
+    if source is not None and source not in ("poison", "dlq"):
+        raise ValueError("from must be poison or dlq")
+    since = _iso(doc["since"], "since") if doc.get("since") is not None else None
+    until = _iso(doc["until"], "until") if doc.get("until") is not None else None
+    return DrainRequest(id=rid, action=action, error_classes=tuple(classes), reasons=tuple(reasons),
+                        since=since, until=until, rate=rate, dry_run=dry, source=source)
+
+
+# --- names and manifests ---------------------------------------------------------------------
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def job_name(consumer: str, trigger: str, instance: str) -> str:
+    """`<consumer>-reader-<drain|sched|depth>-<hash of the trigger instance>`."""
+    if trigger not in TRIGGERS:
+        raise ValueError(f"unknown reader trigger {trigger!r}")
+    return f"{consumer}-reader-{trigger}-{short_hash(instance)}"
+
+
+def drain_job_name(consumer: str, request_id: str) -> str:
+    return job_name(consumer, "drain", request_id)
+
+
+def schedule_job_name(consumer: str, slot: datetime) -> str:
+    return job_name(consumer, "sched", slot.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%MZ"))
+
+
+def service_account_name(consumer: str) -> str:
+    return f"{consumer}-reader"
+
+
+def labels(consumer: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "antidote-consumer", "app.kubernetes.io/instance": consumer,
+            "app.kubernetes.io/component": COMPONENT, "app.kubernetes.io/managed-by": MANAGED_BY,
+            LABEL_CONSUMER: consumer}
+
+
+def build_reader_service_account(consumer: str) -> dict[str, Any]:
+    """The reader talks to Kafka only: no Role, and no API token in its pod."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": service_account_name(consumer), "labels": labels(consumer)},
+            "automountServiceAccountToken": False}
+
+
+def reader_args(request: DrainRequest | None) -> list[str]:
+    return (["reader", "--settings", f"{CONFIG_DIR}/{SETTINGS_KEY}", "--report-file", TERMINATION_LOG]
+            + (request.args() if request is not None else []))
+
+
+def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigger: str, name: str,
+                     request: DrainRequest | None = None, depth: int | None = None,
+                     job_opts: JobOptions = JobOptions()) -> dict[str, Any]:
+    consumer = settings.consumer
+    secrets = builders.secret_names(settings)
+    memory = builders.quantity_mib(builders.container_memory_mib(settings.spark.driver.memory))
+    action = (request.action if request and request.action else None) or settings.reader.action
+    job_labels = {**labels(consumer), TRIGGER_LABEL: trigger}
+    annotations = {ACTION_ANNOTATION: action}
+    if depth is not None:
+        annotations[DEPTH_ANNOTATION] = str(depth)
+    if request is not None:
+        annotations[REQUEST_ANNOTATION] = request.annotation()
+    volumes = [{"name": "settings", "configMap": {"name": builders.names(consumer).configmap,
+                                                  "items": [{"key": SETTINGS_KEY, "path": SETTINGS_KEY}]}}] + [
+        {"name": f"secret-{i}", "secret": {"secretName": s}} for i, s in enumerate(secrets)]
+    mounts = [{"name": "settings", "mountPath": CONFIG_DIR, "readOnly": True}] + [
+        {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{s}", "readOnly": True}
+        for i, s in enumerate(secrets)]
+    container = {
+        "name": CONTAINER,
+        "image": settings.spark.image or opts.image,
+        "imagePullPolicy": opts.image_pull_policy,
+        "command": ["antidote"],
+        "args": reader_args(request),
+        # No SPARK_CONF_DIR: the cluster-mode spark-defaults would ask for executor pods,
+        # which this ServiceAccount may not create; an Archive runs Spark in the pod.
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "resources": {"requests": {"cpu": "500m", "memory": memory}, "limits": {"memory": memory}},
+        "volumeMounts": mounts,
+        # The JSON report goes to the termination log; logs' tail if it crashed before.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": job_labels, "annotations": annotations},
+        "spec": {
+            "backoffLimit": job_opts.backoff_limit,
+            "activeDeadlineSeconds": job_opts.active_deadline_seconds,
+            "ttlSecondsAfterFinished": job_opts.ttl_seconds_after_finished,
+            "template": {
+                "metadata": {"labels": {**job_labels}, "annotations": {ACTION_ANNOTATION: action}},
+                "spec": {
+                    "serviceAccountName": service_account_name(consumer),
+                    "automountServiceAccountToken": False,
+                    "restartPolicy": "Never",
+                    "securityContext": {"runAsNonRoot": True,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def adopt(owner: Mapping[str, Any], *objs: dict[str, Any]) -> None:
+    """Owned by the QueueConsumer; its labels on the Job and the pod template."""
+    kopf.adopt(list(objs), owner=dict(owner), nested="spec.template")  # type: ignore[arg-type]
+
+
+# --- what a Job says ---------------------------------------------------------------------------
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _zulu(t: datetime | None) -> str | None:
+    return None if t is None else t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One reader Job as the operator sees it (from the watch stream)."""
+
+    name: str
+    consumer: str
+    trigger: str  # drain | sched | depth
+    action: str
+    phase: str  # Pending | Running | Succeeded | Failed
+    created: datetime | None
+    start: datetime | None
+    completion: datetime | None
+    depth: int | None
+    failure: str | None = None  # the Job's Failed condition, in words
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ("Pending", "Running")
+
+
+def job_phase(status: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The phase from a Job's status (as the Job controller writes it) and, when it
+    failed, why."""
+    for c in status.get("conditions") or []:
+        if c.get("status") != "True":
+            continue
+        if c.get("type") == "Complete":
+            return "Succeeded", None
+        if c.get("type") == "Failed":
+            return "Failed", f"{c.get('reason') or 'Failed'}: {c.get('message') or ''}".rstrip(": ")
+    if int(status.get("succeeded") or 0) >= 1:
+        return "Succeeded", None
+    if int(status.get("active") or 0) >= 1 or status.get("startTime"):
+        return "Running", None
+    return "Pending", None
+
+
+def job_view(body: Mapping[str, Any]) -> JobView | None:
+    meta = body.get("metadata") or {}
+    lab = meta.get("labels") or {}
+    consumer, trigger = lab.get(LABEL_CONSUMER), lab.get(TRIGGER_LABEL)
+    if not consumer or trigger not in TRIGGERS:
+        return None
+    ann = meta.get("annotations") or {}
+    status = body.get("status") or {}
+    phase, failure = job_phase(status)
+    try:
+        depth = int(ann[DEPTH_ANNOTATION]) if DEPTH_ANNOTATION in ann else None
+    except ValueError:
+        depth = None
+    return JobView(name=meta["name"], consumer=consumer, trigger=trigger,
+                   action=ann.get(ACTION_ANNOTATION, "Hold"), phase=phase,
+                   created=_time(meta.get("creationTimestamp")), start=_time(status.get("startTime")),
+                   completion=_time(status.get("completionTime")), depth=depth, failure=failure)
+
+
+def pod_report(pod: Mapping[str, Any]) -> str | None:
+    """The reader container's termination message: its JSON report (or its logs' tail)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == CONTAINER:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term.get("message"):
+                return str(term["message"])
+    return None
+
+
+COUNT_KEYS = ("redriven", "parked", "archived", "dropped", "held", "rejected", "skippedByFilter", "failed")
+
+
+def summarize(view: JobView, report: str | None) -> tuple[int, str]:
+    """(messages handled, the result in words) from the reader's report."""
+    doc: dict[str, Any] | None = None
+    if report:
+        try:
+            parsed = json.loads(report)
+            doc = parsed if isinstance(parsed, dict) else None
+        except ValueError:
+            doc = None
+    if doc is None:
+        if view.phase == "Failed":
+            tail = (report or "").strip().splitlines()[-1:] if report else []
+            text = f"Failed: {view.failure or 'the reader did not finish'}"
+            return 0, (text + (f"; last log line: {tail[0]}" if tail else ""))[:1024]
+        if view.phase == "Succeeded":
+            return 0, "Succeeded; no report was found"
+        return 0, {"Pending": "Waiting to start.", "Running": "Reading the poison topic."}[view.phase]
+    messages = int(doc.get("messages") or 0)
+    counts = ", ".join(f"{int(doc[k])} {k}" for k in COUNT_KEYS if doc.get(k))
+    dry = bool(doc.get("dryRun"))
+    text = (f"{doc.get('action', view.action)}{' (dry run)' if dry else ''} of "
+            f"{doc.get('from') or 'poison'}: {messages} message(s)"
+            + (f"{', would be' if dry else ':'} {counts}" if counts else ""))
+    if doc.get("archivePath"):
+        text += f"; archive {doc['archivePath']}"
+    if doc.get("faultAt"):
+        text += f"; Fault at {doc['faultAt']}"
+    if view.phase == "Failed":
+        text = f"Failed ({view.failure or 'reader error'}): " + text
+    return messages, text[:1024]
+
+
+# --- deciding -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spawn:
+    name: str
+    trigger: str
+    request: DrainRequest | None = None
+    reason: str = ""  # for the log and the Started Event
+
+
+@dataclass
+class Plan:
+    spawn: Spawn | None = None
+    consume_drain: bool = False  # remove the annotation: its Job exists (or now will)
+    invalid_drain: str | None = None  # the annotation cannot be read: why
+    waiting: str | None = None  # a trigger fired but a Job is active
+
+
+def newest(entries: Iterable[tuple[datetime | None, str, int | None]]) -> tuple[str, int | None] | None:
+    best = None
+    for when, name, depth in entries:
+        key = (when or datetime.min.replace(tzinfo=timezone.utc), name)
+        if best is None or key > best[0]:
+            best = (key, (name, depth))
+    return None if best is None else best[1]
+
+
+def plan(*, consumer: str, settings: EffectiveSettings, annotations: Mapping[str, str],
+         depth: int | None, now: datetime, created: datetime | None, jobs: Sequence[JobView],
+         stored: Sequence[Mapping[str, Any]], job_opts: JobOptions = JobOptions()) -> Plan:
+    """Which reader Job to start now, if any (pure; `jobs` are the consumer's Jobs that
+    exist, `stored` its status.readerJobs)."""
+    out = Plan()
+    known = {j.name for j in jobs} | {str(s.get("name")) for s in stored}
+    active = [j for j in jobs if j.active]
+
+    # 1. A drain request.
+    raw = annotations.get(DRAIN_ANNOTATION)
+    if raw is not None:
+        try:
+            req = parse_drain(raw)
+        except ValueError as err:
+            out.invalid_drain, out.consume_drain = str(err), True
+        else:
+            name = drain_job_name(consumer, req.id)
+            if name in known:
+                out.consume_drain = True
+            elif active:
+                out.waiting = f"drain {req.id!r} waits for Job {active[0].name}"
+            else:
+                out.spawn = Spawn(name, "drain", req, f"requested by {DRAIN_ANNOTATION}={req.id}")
+                out.consume_drain = True
+                return out
+    if active:
+        return out
+
+    trig = settings.reader.trigger
+    # 2. Poison depth: new poison since the newest reader Job.
+    if trig.poison_depth is not None and depth is not None:
+        last = newest([(j.created or j.start, j.name, j.depth) for j in jobs]
+                      + [(_time(s.get("startTime")), str(s.get("name")), s.get("poisonDepth")) for s in stored])
+        mark = (last[1] or 0) if last else 0
+        if depth - mark >= trig.poison_depth and depth >= trig.poison_depth:
+            instance = f"depth:{mark}:{last[0] if last else ''}"
+            name = job_name(consumer, "depth", instance)
+            if name not in known:
+                out.spawn = Spawn(name, "depth", None, f"{depth - mark} new poison message(s) "
+                                  f"(reader.trigger.poisonDepth {trig.poison_depth})")
+                return out
+    # 3. The latest due schedule slot.
+    if trig.schedule:
+        try:
+            slot = cron.parse(trig.schedule).previous(now)
+        except cron.CronError:
+            slot = None  # the API rejects most bad expressions; the rest never fire
+        if slot is not None and (created is None or slot >= created) \
+                and now - slot <= timedelta(seconds=job_opts.schedule_deadline_seconds):
+            name = schedule_job_name(consumer, slot)
+            if name not in known:
+                out.spawn = Spawn(name, "sched", None,
+                                  f"schedule {trig.schedule!r}, slot {_zulu(slot)}")
+    return out
+
+
+def status_entry(view: JobView, report: str | None) -> dict[str, Any]:
+    messages, text = summarize(view, report)
+    entry = {"name": view.name, "action": view.action, "trigger": TRIGGERS[view.trigger],
+             "phase": view.phase, "startTime": _zulu(view.start or view.created),
+             "completionTime": _zulu(view.completion), "messages": messages, "message": text,
+             "poisonDepth": view.depth}
+    # The API model's wire form, so it compares equal to the stored one when unchanged.
+    return ReaderJob.model_validate({k: v for k, v in entry.items() if v is not None}).wire()
+
+
+def merge_status(stored: Sequence[Mapping[str, Any]], entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """status.readerJobs: stored entries updated from the Jobs that exist (merge by name),
+    newest first, at most 16. Entries of Jobs gone (TTL) keep their last word."""
+    by_name: dict[str, dict[str, Any]] = {str(s.get("name")): dict(s) for s in stored}
+    for e in entries:
+        by_name[e["name"]] = dict(e)
+    items = sorted(by_name.values(), key=lambda e: (e.get("startTime") or "", e["name"]), reverse=True)
+    return items[:MAX_STATUS_JOBS]
+
+
+@dataclass(frozen=True)
+class Transition:
+    event: Event
+    trigger: str
+    result: str  # started | succeeded | failed
+
+
+def transitions(stored: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[Transition]:
+    """Events for what changed against the stored status (so restarts repeat none)."""
+    before = {str(s.get("name")): s for s in stored}
+    out: list[Transition] = []
+    for e in reversed(new):  # oldest first
+        old = before.get(e["name"])
+        trig = e["trigger"]
+        if old is None:
+            out.append(Transition(Event("Normal", "ReaderJobStarted",
+                                        f"Reader Job {e['name']} started ({e['action']}, trigger "
+                                        f"{trig})."), trig, "started"))
+        if e["phase"] in ("Succeeded", "Failed") and (old is None or old.get("phase") != e["phase"]):
+            ok = e["phase"] == "Succeeded"
+            out.append(Transition(Event("Normal" if ok else "Warning",
+                                        "ReaderJobSucceeded" if ok else "ReaderJobFailed",
+                                        f"Reader Job {e['name']}: {e['message']}"), trig,
+                                  "succeeded" if ok else "failed"))
+    return out
+
+
+@dataclass
+class JobIndex:
+    """Reader Jobs and their reports per consumer, fed by the watch streams (no list call
+    per decision; one list per namespace the first time, as the stream may not have
+    delivered them yet after a restart)."""
+
+    jobs: dict[tuple[str, str], dict[str, JobView]] = field(default_factory=dict)
+    reports: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, job) -> report
+    listed: set[str] = field(default_factory=set)  # namespaces listed once
+
+    def put(self, namespace: str, body: Mapping[str, Any], deleted: bool = False) -> JobView | None:
+        view = job_view(body)
+        if view is None:
+            return None
+        per = self.jobs.setdefault((namespace, view.consumer), {})
+        if deleted:
+            per.pop(view.name, None)
+            self.reports.pop((namespace, view.name), None)
+        else:
+            per[view.name] = view
+            rep = ((body.get("metadata") or {}).get("annotations") or {}).get(DEV_RUNNER_REPORT)
+            if rep:
+                self.reports[(namespace, view.name)] = rep
+        return view
+
+    def of(self, namespace: str, consumer: str) -> list[JobView]:
+        return list(self.jobs.get((namespace, consumer), {}).values())
+
+    def forget(self, namespace: str, consumer: str) -> None:
+        for name in self.jobs.pop((namespace, consumer), {}):
+            self.reports.pop((namespace, name), None)
