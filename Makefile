@@ -1,8 +1,12 @@
 # The two set-up commands of the README start here; both run hack/install.sh first.
-.PHONY: install dev-up dev-down test unit
+.PHONY: install demo dev-up dev-down test unit
 
 install:
 	@bash hack/install.sh
+
+# The whole story on the embedded stack (starts it, stops it); exits 0 only if the ledger balances.
+demo: install
+	.venv/bin/antidote demo
 
 dev-up: install
 	.venv/bin/antidote dev up

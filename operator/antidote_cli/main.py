@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import consumer, crds, dev, oncall, operator, skip
+from . import consumer, crds, demo, dev, oncall, operator, skip
 from . import reader as reader_cli
 
 
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Poison-message handling for Kafka consumers on Spark and Kubernetes.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     dev.register(commands)
+    demo.register(commands)
     crds.register(commands)
     consumer.register(commands)
     operator.register(commands)

@@ -1,0 +1,1 @@
+"""Example handlers that ship with the consumer image (the demo uses them)."""

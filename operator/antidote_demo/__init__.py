@@ -1,0 +1,1 @@
+"""`antidote demo`: the whole story on the embedded stack."""

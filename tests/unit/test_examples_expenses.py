@@ -1,0 +1,49 @@
+"""The demo's handler and stream: each report's fate is what the handler and policy make of it."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from antidote_consumer.examples import expenses as ex
+from antidote_consumer.message import Message
+
+
+def msg(value: bytes) -> Message:
+    return Message(b"k", value, (), "expenses", 0, 0, 0)
+
+
+def test_every_fate_is_what_the_handler_and_schema_do() -> None:
+    stream = ex.reports(300)
+    fates = {r.fate for r in stream}
+    assert fates == {"processed", "invalid", "unknown-cost-center"}
+    for r in stream:
+        doc = json.loads(r.value)
+        if r.fate == "invalid":
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(doc, ex.POLICY_SCHEMA)
+            continue
+        jsonschema.validate(doc, ex.POLICY_SCHEMA)
+        if r.fate == "unknown-cost-center":
+            with pytest.raises(LookupError):
+                ex.approve(msg(r.value))
+        else:
+            out = json.loads(ex.approve(msg(r.value)))
+            assert out["reportId"] == doc["reportId"] and out["decision"] in {"approved", "needs-review"}
+
+
+def test_the_accounts_service_outage_fails_every_report(tmp_path, monkeypatch) -> None:
+    flag = tmp_path / "down"
+    monkeypatch.setenv(ex.ACCOUNTS_DOWN_ENV, str(flag))
+    good = next(r for r in ex.reports(10) if r.fate == "processed")
+    assert ex.approve(msg(good.value))
+    flag.touch()
+    with pytest.raises(ConnectionError):
+        ex.approve(msg(good.value))
+
+
+def test_streams_from_different_starts_do_not_share_keys() -> None:
+    a, b = ex.reports(100), ex.reports(50, start=100)
+    assert not {r.key for r in a} & {r.key for r in b}
