@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -91,26 +92,20 @@ class Consumer:
             spark.conf.set(key, value)
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions)
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry)) if t.retry else None
+        # Topic depths (poison, dlq, retry) are exported with or without retry cycles: the
+        # operator's poisonDepth trigger reads them.
+        self.offsets = self.retry.consumer if self.retry else KafkaConsumer({
+            "bootstrap.servers": settings.source.bootstrap_servers, "group.id": "antidote-depths",
+            "enable.auto.commit": False})
         self.query = None
         self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
         self.retry_lock = threading.Lock()  # one reader of the retry topics at a time
-        self.last_source_batch = float("-inf")
 
     # --- the source query ---------------------------------------------------------------
     def _source_batch(self, df, batch_id: int) -> None:
         rows = df.select("key", "value", "topic", "partition", "offset",
                          F.unix_millis("timestamp").alias("ts"), "headers")
-        # Retries that are due ride along with the source batch: one Spark job instead of
-        # two, and the same lock keeps the pump from reading them a second time.
-        with self.retry_lock:
-            due = self._read_due()
-            if due is not None and due.rows:
-                rows = rows.unionByName(self._due_frame(due))
-            try:
-                self.runtime.handle(rows, batch_id=batch_id,
-                                    positions=due.positions if due is not None else None)
-            finally:
-                self.last_source_batch = time.monotonic()
+        self.runtime.handle(rows, batch_id=batch_id)
 
     def _start_query(self, until_idle: bool):
         src = self.s.source
@@ -150,18 +145,8 @@ class Consumer:
             return 0, int(time.time() * 1000)  # unknown yet: ask again at once, not idle
         return len(due.rows), due.next_due
 
-    def _source_busy(self) -> bool:
-        """A source batch is running or just ran: it takes the due retries with it."""
-        if time.monotonic() - self.last_source_batch < self.interval + 0.5:
-            return True
-        q = self.query
-        return bool(q is not None and q.isActive and q.status.get("isTriggerActive"))
-
     def _pump_loop(self) -> None:
         while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):
-            if self._source_busy():
-                self.pump_stop.wait(self.interval)
-                continue
             try:
                 n, next_due = self.pump_once()
                 self.update_depths()
@@ -180,9 +165,7 @@ class Consumer:
         t = self.s.topics
         kinds = [(t.poison, "poison"), (t.dlq, "dlq")] + [
             (name, f"retry-{i}") for i, name in enumerate(t.retry, start=1)]
-        consumer = self.retry.consumer if self.retry else None
-        if consumer is None:
-            return
+        consumer = self.offsets
         for topic, kind in kinds:
             self.metrics.depth.labels(**self.metrics.ids, topic=topic, kind=kind).set(
                 depth(consumer, topic))
@@ -250,6 +233,8 @@ class Consumer:
             self._stop_query()
             if self.retry:
                 self.retry.close()
+            else:
+                self.offsets.close()
         return self.runtime.disabled.exit_code if self.runtime.disabled else ExitCode.OK
 
     def _drain_retries(self) -> None:
