@@ -33,6 +33,9 @@ class Metrics:
         self.batch_seconds = Histogram("antidote_batch_duration_seconds", "Batch processing time.",
                                        LABELS, registry=r,
                                        buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+        self.lag = Gauge("antidote_source_lag_records",
+                         "Records in the source topic after the last committed batch (end offsets "
+                         "minus the query's committed offsets).", LABELS + ("topic",), registry=r)
         self.depth = Gauge("antidote_topic_depth", "Records in Antidote's topics (end - start offset).",
                            LABELS + ("topic", "kind"), registry=r)
         self.last_poison = Gauge("antidote_last_poison_timestamp_seconds",

@@ -21,7 +21,7 @@ from antidote_api.semantics import EffectiveSettings
 from .metrics import Metrics
 from .retry_reader import RetryReader
 from .runtime import ExitCode, QueueDisabled, Runtime
-from .topics import depth, ensure_topics, ledger_topic, max_message_bytes
+from .topics import depth, ensure_topics, ledger_topic, max_message_bytes, source_lag
 from .worker import INPUT_COLUMNS, INPUT_SCHEMA
 
 log = logging.getLogger("antidote.consumer")
@@ -73,6 +73,19 @@ def arrow_batching(max_message_bytes: int, user_conf: dict[str, str] | None = No
               "spark.sql.execution.arrow.maxRecordsPerBatch": str(rows)}
     user_conf = user_conf or {}
     return {k: v for k, v in wanted.items() if k not in user_conf}
+
+
+def committed_offsets(progress: dict | None, topic: str) -> dict[int, int] | None:
+    """The source offsets the last batch of a query progress ended at, by partition."""
+    import json
+
+    for src in (progress or {}).get("sources") or []:
+        end = src.get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end)
+        if isinstance(end, dict) and topic in end:
+            return {int(p): int(o) for p, o in end[topic].items()}
+    return None
 
 
 class Consumer:
@@ -169,6 +182,13 @@ class Consumer:
         for topic, kind in kinds:
             self.metrics.depth.labels(**self.metrics.ids, topic=topic, kind=kind).set(
                 depth(consumer, topic))
+        q = self.query
+        committed = committed_offsets(q.lastProgress if q is not None else None, t.source)
+        if committed is not None:
+            # Measured against the end offsets now: a batch that hangs leaves the committed
+            # offsets behind while the topic grows, and the "consumer stuck" alert sees it.
+            self.metrics.lag.labels(**self.metrics.ids, topic=t.source).set(
+                source_lag(consumer, t.source, committed))
 
     # --- running and stopping -----------------------------------------------------------
     def _stop_query(self) -> None:

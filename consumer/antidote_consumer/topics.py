@@ -78,6 +78,19 @@ def wait_ready(admin: AdminClient, topics: list[str], timeout: float = 60) -> No
         time.sleep(0.1)
 
 
+def source_lag(admin_consumer, topic: str, committed: dict[int, int]) -> int:
+    """Records after `committed` (partition -> next offset) up to the end of `topic`."""
+    from confluent_kafka import TopicPartition
+
+    total = 0
+    for p, pos in committed.items():
+        _low, high = retrying(
+            lambda p=p: admin_consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
+            f"topic {topic}: reading its offsets")
+        total += max(0, high - pos)
+    return total
+
+
 def depth(admin_consumer, topic: str) -> int:
     """Records kept in `topic`: the sum over partitions of end - start offsets."""
     from confluent_kafka import TopicPartition

@@ -30,6 +30,15 @@ class _Consumers(Collector):
         for (type_, status), n in sorted(tally.items()):
             g.add_metric([type_, status], n)
         yield g
+        # Per consumer, because the consumer's own antidote_queue_disabled goes away with its
+        # process: this one stays 1 for as long as the queue is disabled (the alert reads it).
+        d = GaugeMetricFamily("antidote_operator_queue_disabled",
+                              "1 while a QueueConsumer's queue is disabled, by reason.",
+                              labels=["namespace", "consumer", "reason"])
+        for st in self.consumers:
+            if st.disabled_reason:
+                d.add_metric([st.namespace, st.name, st.disabled_reason], 1)
+        yield d
         yield GaugeMetricFamily("antidote_operator_watched_consumers",
                                 "QueueConsumers the operator knows.", value=len(self.consumers))
 

@@ -36,6 +36,7 @@ class ConsumerState:
     recheck_at: datetime | None = None
     next_resync: float = 0.0  # monotonic time of the next level-based full reconcile
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status, for metrics
+    disabled_reason: str | None = None  # the QueueDisabled reason as last written, for metrics
     disabled_seen_at: float | None = None  # monotonic time the disable evidence arrived
     reader_waiting: str | None = None  # a reader trigger waiting for the active Job (logged once)
 

@@ -38,6 +38,10 @@ def test_move_retries_through_cycles_then_quarantines_with_exact_attempts(
         assert per_offset[f"{source}/{p}/{o}"] == 9
     for (p, o) in set(src) - bad:
         assert per_offset[f"{source}/{p}/{o}"] == 1
+    # Drained: nothing left after the committed offsets, and the poison topic's depth is known.
+    assert m.registry.get_sample_value("antidote_source_lag_records", {**m.ids, "topic": source}) == 0
+    assert m.registry.get_sample_value("antidote_topic_depth",
+                                       {**m.ids, "topic": s.topics.poison, "kind": "poison"}) >= 10
     for (p, o), (rec, hdrs) in poison.items():
         orig = src[(p, o)]
         assert rec.key == orig.key and rec.value == orig.value  # byte-identical

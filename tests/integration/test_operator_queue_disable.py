@@ -58,6 +58,11 @@ def test_queue_disable_by_a_real_consumer_then_fix_and_resume(
         assert k.condition("orders", "Ready") == ("False", "SystemicFailure")
         assert k.condition("orders", "Paused") == ("True", "QueueDisabled")
         wait_for(lambda: "QueueDisabled" in k.event_reasons("orders"), "the QueueDisabled Event")
+        # The operator's gauge outlives the stopped consumer (the alert reads it).
+        import urllib.request
+        text = urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5).read().decode()
+        assert (f'antidote_operator_queue_disabled{{consumer="orders",namespace="{k.ns}",'
+                f'reason="SystemicFailure"}} 1.0') in text
         (ev,) = [e for e in k.events("orders") if e.reason == "QueueDisabled"]
         assert ev.type == "Warning" and "SystemicFailure" in ev.message
         # The dev runner reported the consumer's exit; nothing was quarantined or processed.

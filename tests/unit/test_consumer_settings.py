@@ -63,3 +63,14 @@ def test_arrow_batching_leaves_what_the_user_set() -> None:
 
     conf = arrow_batching(1000, {"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
     assert conf == {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
+
+
+def test_committed_offsets_come_from_the_last_progress_of_the_query() -> None:
+    from antidote_consumer.runner import committed_offsets
+
+    progress = {"sources": [{"description": "KafkaV2[Subscribe[orders]]",
+                             "endOffset": '{"orders":{"0":120,"1":98}}'}]}
+    assert committed_offsets(progress, "orders") == {0: 120, 1: 98}
+    assert committed_offsets({"sources": [{"endOffset": {"orders": {"2": 5}}}]}, "orders") == {2: 5}
+    assert committed_offsets(None, "orders") is None
+    assert committed_offsets({"sources": [{"endOffset": None}]}, "orders") is None
