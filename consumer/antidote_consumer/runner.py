@@ -88,6 +88,10 @@ def committed_offsets(progress: dict | None, topic: str) -> dict[int, int] | Non
     return None
 
 
+# Depth and lag take ~10 offset requests: often enough for a scrape, not every pump round.
+DEPTHS_EVERY_S = 2.0
+
+
 class Consumer:
     def __init__(self, settings: EffectiveSettings, spark: SparkSession, metrics: Metrics,
                  *, trigger_interval: float = 1.0):
@@ -113,6 +117,7 @@ class Consumer:
         self.query = None
         self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
         self.retry_lock = threading.Lock()  # one reader of the retry topics at a time
+        self.depths_at = float("-inf")
 
     # --- the source query ---------------------------------------------------------------
     def _source_batch(self, df, batch_id: int) -> None:
@@ -153,7 +158,7 @@ class Consumer:
         with self.retry_lock:
             due = self._read_due()
             if due.rows:
-                self.runtime.handle(self._due_frame(due), positions=due.positions)
+                self.runtime.handle(self._due_frame(due), positions=due.positions, local_rows=due.rows)
         if due.incomplete and not due.rows:
             return 0, int(time.time() * 1000)  # unknown yet: ask again at once, not idle
         return len(due.rows), due.next_due
@@ -162,7 +167,8 @@ class Consumer:
         while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):
             try:
                 n, next_due = self.pump_once()
-                self.update_depths()
+                if time.monotonic() - self.depths_at >= DEPTHS_EVERY_S:
+                    self.update_depths()
             except QueueDisabled:
                 self._stop_query()
                 return
@@ -175,6 +181,7 @@ class Consumer:
                 self.pump_stop.wait(wait)
 
     def update_depths(self) -> None:
+        self.depths_at = time.monotonic()
         t = self.s.topics
         kinds = [(t.poison, "poison"), (t.dlq, "dlq")] + [
             (name, f"retry-{i}") for i, name in enumerate(t.retry, start=1)]
@@ -251,6 +258,8 @@ class Consumer:
             if pump.is_alive():
                 pump.join(timeout=120)
             self._stop_query()
+            if self.runtime.local is not None:
+                self.runtime.local.close()
             if self.retry:
                 self.retry.close()
             else:

@@ -20,6 +20,8 @@ from . import headers as h
 from .attempts import Reason, Verdict
 from .isolation import bisect
 from .ledger import Ledger, LedgerState, transactional_id
+from .local_worker import MAX_ROWS as MAX_LOCAL_ROWS
+from .local_worker import LocalWorker
 from .metrics import Metrics
 from .topics import ledger_topic
 from .worker import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
@@ -83,6 +85,7 @@ class Runtime:
         self.partitions = partitions
         self.retry_sleep = retry_sleep
         self.cfg = worker_config(settings)
+        self.local: LocalWorker | None = LocalWorker()  # small retry batches, no Spark job
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.window: deque[tuple[float, int, int]] = deque()
@@ -124,8 +127,17 @@ class Runtime:
         return new
 
     # --- executing a batch --------------------------------------------------------------
-    def execute(self, df) -> BatchResult:
-        """Run the handler over `df` (INPUT_COLUMNS); raises when the batch fails as a whole."""
+    def execute(self, df, local_rows: list | None = None) -> BatchResult:
+        """Run the handler over `df` (INPUT_COLUMNS); raises when the batch fails as a whole.
+        A small batch whose rows are at hand (`local_rows`) runs in the local worker process."""
+        path_sink = self.s.sink is not None and self.s.sink.path is not None
+        if (local_rows is not None and self.local is not None and not path_sink
+                and len(local_rows) <= MAX_LOCAL_ROWS):
+            try:
+                return self._collect(self.local.run(self.cfg, local_rows))
+            except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
+                log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
+                            _first_line(err))
         mapped = df.mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
         sink = self.s.sink
         if sink is not None and sink.path is not None:
@@ -137,6 +149,10 @@ class Runtime:
                 mapped.unpersist()
         else:
             rows = mapped.collect()
+        return self._collect(rows)
+
+    @staticmethod
+    def _collect(rows) -> BatchResult:
         result = BatchResult()
         for r in rows:
             if r.kind == "summary":
@@ -157,7 +173,8 @@ class Runtime:
                 f"{self.s.sink.path.rstrip('/')}/from-offset={first}")
 
     # --- one batch, end to end -------------------------------------------------------------
-    def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None) -> None:
+    def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None,
+               local_rows: list | None = None) -> None:
         """Process and commit a source batch (`batch_id`) or a retry batch (`positions`)."""
         with self.lock:
             if self.disabled:
@@ -172,7 +189,7 @@ class Runtime:
                 self.ledger.commit(marked, keys=("batch",))
             started = time.monotonic()
             try:
-                result, isolated = self._execute_with_rollbacks(df)
+                result, isolated = self._execute_with_rollbacks(df, local_rows)
                 executed = time.monotonic()
                 self._settle(result, isolated, batch_id, positions)
                 log.info("%s: %d messages, %d failed, in %.2fs (commit %.2fs)",
@@ -185,11 +202,11 @@ class Runtime:
             finally:
                 self.metrics.batch_seconds.labels(**self.metrics.ids).observe(time.monotonic() - started)
 
-    def _execute_with_rollbacks(self, df) -> tuple[BatchResult, list]:
+    def _execute_with_rollbacks(self, df, local_rows: list | None = None) -> tuple[BatchResult, list]:
         threshold = self.s.queue_disable.consecutive_batch_failures
         while True:
             try:
-                return self.execute(df), []
+                return self.execute(df, local_rows), []
             except Exception as err:  # noqa: BLE001 - a whole-batch failure: a rollback
                 if self.stopping.is_set() or not is_job_failure(err):
                     raise
