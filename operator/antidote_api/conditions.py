@@ -58,6 +58,16 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
 
 
+def parse_time(text: str | None) -> datetime | None:
+    """A Kubernetes timestamp (`2026-01-02T03:04:05Z`), or None when absent or malformed."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
 

@@ -233,18 +233,29 @@ def consumer_args(opts: RenderOptions) -> list[str]:
             "--metrics-port", str(opts.metrics_port), "--master", K8S_MASTER]
 
 
+def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes and mounts of the settings ConfigMap (only settings.yaml when `only_settings`)
+    and of each secretRef, at the paths the consumer and the reader read them from."""
+    secrets = secret_names(settings)
+    configmap: dict[str, Any] = {"name": names(settings.consumer).configmap}
+    if only_settings:
+        configmap["items"] = [{"key": SETTINGS_KEY, "path": SETTINGS_KEY}]
+    volumes = [{"name": "settings", "configMap": configmap}] + [
+        {"name": f"secret-{i}", "secret": {"secretName": s}} for i, s in enumerate(secrets)]
+    mounts = [{"name": "settings", "mountPath": CONFIG_DIR, "readOnly": True}] + [
+        {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{s}", "readOnly": True}
+        for i, s in enumerate(secrets)]
+    return volumes, mounts
+
+
 def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: RenderOptions,
                      config_hash: str) -> dict[str, Any]:
     name = settings.consumer
     n = names(name)
     driver = settings.spark.driver
     memory = quantity_mib(container_memory_mib(driver.memory))
-    secrets = secret_names(settings)
-    volumes = [{"name": "settings", "configMap": {"name": n.configmap}}] + [
-        {"name": f"secret-{i}", "secret": {"secretName": s}} for i, s in enumerate(secrets)]
-    mounts = [{"name": "settings", "mountPath": CONFIG_DIR, "readOnly": True}] + [
-        {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{s}", "readOnly": True}
-        for i, s in enumerate(secrets)]
+    volumes, mounts = settings_volumes(settings)
     container = {
         "name": CONTAINER,
         "image": settings.spark.image or opts.image,

@@ -106,16 +106,17 @@ def _now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port: int,
-              master: str) -> tuple[list[str], dict[str, str]]:
-    """The local command line and extra environment for a Deployment's driver container."""
+def _local_argv(container: Mapping[str, Any], replace: dict[str, str],
+                append: tuple[str, ...] = ()) -> list[str]:
+    """The container's command as a local command line: `antidote` as this venv's, the
+    values of the `replace` flags swapped, and the `append` flags added when missing."""
     command = list(container.get("command") or []) + list(container.get("args") or [])
     if not command:
         raise ValueError("the container has no command")
     if command[0] == "antidote":
         exe = Path(sys.executable).with_name("antidote")
         command[:1] = [str(exe)] if exe.exists() else [sys.executable, "-m", "antidote_cli.main"]
-    replace = {"--settings": settings_path, "--metrics-port": str(metrics_port), "--master": master}
+    replace = dict(replace)
     out: list[str] = []
     skip = False
     for i, arg in enumerate(command):
@@ -123,13 +124,21 @@ def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port:
             skip = False
             continue
         if arg in replace and i + 1 < len(command):
-            out += [arg, replace.pop(arg)]
+            out += [arg, replace[arg]]
             skip = True
         else:
             out.append(arg)
-    for flag in ("--metrics-port", "--master"):
-        if flag in replace:
-            out += [flag, replace.pop(flag)]
+    for flag in append:
+        if flag not in command:
+            out += [flag, replace[flag]]
+    return out
+
+
+def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port: int,
+              master: str) -> tuple[list[str], dict[str, str]]:
+    """The local command line and extra environment for a Deployment's driver container."""
+    out = _local_argv(container, {"--settings": settings_path, "--metrics-port": str(metrics_port),
+                                  "--master": master}, append=("--metrics-port", "--master"))
     env = {e["name"]: str(e["value"]) for e in container.get("env") or []
            if "value" in e and e["name"] != "SPARK_CONF_DIR"}
     return out, env
@@ -346,24 +355,7 @@ REPORT_LIMIT = 4096  # the kubelet keeps at most 4096 bytes of a termination mes
 def translate_job(container: Mapping[str, Any], *, settings_path: str,
                   report_path: str) -> tuple[list[str], dict[str, str]]:
     """The local command line and extra environment of a reader Job's container."""
-    command = list(container.get("command") or []) + list(container.get("args") or [])
-    if not command:
-        raise ValueError("the container has no command")
-    if command[0] == "antidote":
-        exe = Path(sys.executable).with_name("antidote")
-        command[:1] = [str(exe)] if exe.exists() else [sys.executable, "-m", "antidote_cli.main"]
-    replace = {"--settings": settings_path, "--report-file": report_path}
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(command):
-        if skip:
-            skip = False
-            continue
-        if arg in replace and i + 1 < len(command):
-            out += [arg, replace[arg]]
-            skip = True
-        else:
-            out.append(arg)
+    out = _local_argv(container, {"--settings": settings_path, "--report-file": report_path})
     env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
     return out, env
 

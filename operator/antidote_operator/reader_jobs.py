@@ -24,11 +24,12 @@ from typing import Any
 
 import kopf
 
+from antidote_api.conditions import parse_time
 from antidote_api.consumer import ReaderJob
 from antidote_api.semantics import EffectiveSettings
 
 from . import builders, cron
-from .builders import CONFIG_DIR, LABEL_CONSUMER, MANAGED_BY, SECRETS_DIR, SETTINGS_KEY, RenderOptions
+from .builders import CONFIG_DIR, LABEL_CONSUMER, MANAGED_BY, SETTINGS_KEY, RenderOptions
 from .status import Event
 
 DRAIN_ANNOTATION = "antidote.dev/drain"
@@ -208,7 +209,6 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
                      request: DrainRequest | None = None, depth: int | None = None,
                      job_opts: JobOptions = JobOptions()) -> dict[str, Any]:
     consumer = settings.consumer
-    secrets = builders.secret_names(settings)
     memory = builders.quantity_mib(builders.container_memory_mib(settings.spark.driver.memory))
     action = (request.action if request and request.action else None) or settings.reader.action
     job_labels = {**labels(consumer), TRIGGER_LABEL: trigger}
@@ -217,12 +217,7 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
         annotations[DEPTH_ANNOTATION] = str(depth)
     if request is not None:
         annotations[REQUEST_ANNOTATION] = request.annotation()
-    volumes = [{"name": "settings", "configMap": {"name": builders.names(consumer).configmap,
-                                                  "items": [{"key": SETTINGS_KEY, "path": SETTINGS_KEY}]}}] + [
-        {"name": f"secret-{i}", "secret": {"secretName": s}} for i, s in enumerate(secrets)]
-    mounts = [{"name": "settings", "mountPath": CONFIG_DIR, "readOnly": True}] + [
-        {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{s}", "readOnly": True}
-        for i, s in enumerate(secrets)]
+    volumes, mounts = builders.settings_volumes(settings, only_settings=True)
     container = {
         "name": CONTAINER,
         "image": settings.spark.image or opts.image,
@@ -269,15 +264,6 @@ def adopt(owner: Mapping[str, Any], *objs: dict[str, Any]) -> None:
 
 
 # --- what a Job says ---------------------------------------------------------------------------
-
-def _time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
 
 def _zulu(t: datetime | None) -> str | None:
     return None if t is None else t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
@@ -335,8 +321,8 @@ def job_view(body: Mapping[str, Any]) -> JobView | None:
         depth = None
     return JobView(name=meta["name"], consumer=consumer, trigger=trigger,
                    action=ann.get(ACTION_ANNOTATION, "Hold"), phase=phase,
-                   created=_time(meta.get("creationTimestamp")), start=_time(status.get("startTime")),
-                   completion=_time(status.get("completionTime")), depth=depth, failure=failure)
+                   created=parse_time(meta.get("creationTimestamp")), start=parse_time(status.get("startTime")),
+                   completion=parse_time(status.get("completionTime")), depth=depth, failure=failure)
 
 
 def pod_report(pod: Mapping[str, Any]) -> str | None:
@@ -444,7 +430,7 @@ def plan(*, consumer: str, settings: EffectiveSettings, annotations: Mapping[str
     # 2. Poison depth: new poison since the newest reader Job.
     if trig.poison_depth is not None and depth is not None:
         last = newest([(j.created or j.start, j.name, j.depth) for j in jobs]
-                      + [(_time(s.get("startTime")), str(s.get("name")), s.get("poisonDepth")) for s in stored])
+                      + [(parse_time(s.get("startTime")), str(s.get("name")), s.get("poisonDepth")) for s in stored])
         mark = (last[1] or 0) if last else 0
         if depth - mark >= trig.poison_depth and depth >= trig.poison_depth:
             instance = f"depth:{mark}:{last[0] if last else ''}"

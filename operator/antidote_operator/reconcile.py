@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from kubernetes.client.rest import ApiException
 
+from antidote_api.conditions import parse_time
 from antidote_api.types import API_VERSION
 
 from . import builders, kube, reader_control
@@ -344,22 +345,13 @@ async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> 
 
 # --- Deployments and Pods: what the consumer's driver is doing ----------------------------
 
-def _time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def dev_runner_termination(annotations: Mapping[str, str]) -> Termination | None:
     raw = annotations.get(DEV_RUNNER_EXIT)
     if not raw:
         return None
     try:
         doc = json.loads(raw)
-        at = _time(doc.get("finishedAt"))
+        at = parse_time(doc.get("finishedAt"))
         return Termination(int(doc["exitCode"]), at, "dev-runner") if at else None
     except (ValueError, KeyError, TypeError):
         return None
@@ -373,7 +365,7 @@ def pod_termination(pod: Mapping[str, Any]) -> Termination | None:
             continue
         for where in ("state", "lastState"):
             term = (cs.get(where) or {}).get("terminated")
-            at = _time((term or {}).get("finishedAt"))
+            at = parse_time((term or {}).get("finishedAt"))
             if term and at and "exitCode" in term and (best is None or at > best.finished_at):
                 best = Termination(int(term["exitCode"]), at, "pod")
     return best
