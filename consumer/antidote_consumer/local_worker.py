@@ -14,7 +14,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from .worker import INPUT_COLUMNS, WorkerConfig
+from .worker import INPUT_FIELDS, WorkerConfig, arrow_schema
 
 log = logging.getLogger("antidote.consumer")
 
@@ -31,22 +31,15 @@ class Row(dict):
     __getattr__ = dict.get
 
 
-def _input_schema():
-    import pyarrow as pa
-
-    return pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-                      ("partition", pa.int32()), ("offset", pa.int64()), ("ts", pa.int64()),
-                      ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
-
-
 def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict]:
     import pyarrow as pa
 
     from .worker import process
 
-    columns = list(zip(*rows)) if rows else [[] for _ in INPUT_COLUMNS]
-    batch = pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type)
-                                        for c, f in zip(columns, _input_schema())], schema=_input_schema())
+    schema = arrow_schema(INPUT_FIELDS)
+    columns = list(zip(*rows)) if rows else [[] for _ in INPUT_FIELDS]
+    batch = pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)],
+                                       schema=schema)
     return [r for out in process(cfg, iter([batch])) for r in out.to_pylist()]
 
 

@@ -78,30 +78,22 @@ def wait_ready(admin: AdminClient, topics: list[str], timeout: float = 60) -> No
         time.sleep(0.1)
 
 
-def source_lag(admin_consumer, topic: str, committed: dict[int, int]) -> int:
-    """Records after `committed` (partition -> next offset) up to the end of `topic`."""
+def _ends(admin_consumer, topic: str, partition: int) -> tuple[int, int]:
     from confluent_kafka import TopicPartition
 
-    total = 0
-    for p, pos in committed.items():
-        _low, high = retrying(
-            lambda p=p: admin_consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
-            f"topic {topic}: reading its offsets")
-        total += max(0, high - pos)
-    return total
+    return retrying(
+        lambda: admin_consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10),
+        f"topic {topic}: reading its offsets")
+
+
+def source_lag(admin_consumer, topic: str, committed: dict[int, int]) -> int:
+    """Records after `committed` (partition -> next offset) up to the end of `topic`."""
+    return sum(max(0, _ends(admin_consumer, topic, p)[1] - pos) for p, pos in committed.items())
 
 
 def depth(admin_consumer, topic: str) -> int:
     """Records kept in `topic`: the sum over partitions of end - start offsets."""
-    from confluent_kafka import TopicPartition
-
     md = admin_consumer.list_topics(topic, timeout=10).topics.get(topic)
     if md is None or md.error is not None:
         return 0
-    total = 0
-    for p in md.partitions:
-        low, high = retrying(
-            lambda p=p: admin_consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
-            f"topic {topic}: reading its offsets")
-        total += max(0, high - low)
-    return total
+    return sum(max(0, high - low) for low, high in (_ends(admin_consumer, topic, p) for p in md.partitions))

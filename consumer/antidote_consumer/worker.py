@@ -17,11 +17,12 @@ from .handler import load_handler
 from .message import Message
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
-INPUT_COLUMNS = ["key", "value", "topic", "partition", "offset", "ts", "headers"]
-INPUT_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, ts long, "
-                "headers array<struct<key:string,value:binary>>")
-
 HEADERS = "array<struct<key:string,value:binary>>"
+INPUT_FIELDS = [("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
+                ("offset", "long"), ("ts", "long"), ("headers", HEADERS)]
+INPUT_COLUMNS = [name for name, _ in INPUT_FIELDS]
+INPUT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in INPUT_FIELDS)
+
 # Rows the driver gets back: failed messages (and, for path sinks, outputs), plus one
 # "summary" row per task. o* columns are the original coordinates; topic/partition/offset
 # are where the record was read (the source or a retry topic).
@@ -203,12 +204,16 @@ def _emit(out: dict[str, list], kind, key, value, headers, origin: h.Origin, top
         out[name].append(row[name])
 
 
+def arrow_schema(fields: list[tuple[str, str]]):
+    """The Arrow schema of (name, Spark DDL type) fields."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "long": pa.int64(),
+             HEADERS: pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))}
+    return pa.schema([(name, types[ddl]) for name, ddl in fields])
+
+
 def _arrow_schema():
     if "arrow-schema" not in _cache:
-        import pyarrow as pa
-
-        types = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(),
-                 "long": pa.int64(),
-                 HEADERS: pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))}
-        _cache["arrow-schema"] = pa.schema([(name, types[ddl]) for name, ddl in RESULT_COLUMNS])
+        _cache["arrow-schema"] = arrow_schema(RESULT_COLUMNS)
     return _cache["arrow-schema"]

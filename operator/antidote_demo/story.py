@@ -337,11 +337,11 @@ class Demo:
     def _qc(self) -> dict[str, Any]:
         return self.objs.get_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", self.consumer)
 
-    def _counts(self) -> dict[str, int]:
-        return dict((self._qc().get("status") or {}).get("counts") or {})
+    def _counts(self, qc: dict[str, Any] | None = None) -> dict[str, int]:
+        return dict(((qc or self._qc()).get("status") or {}).get("counts") or {})
 
-    def _condition(self, type_: str) -> tuple[str, str] | None:
-        for c in (self._qc().get("status") or {}).get("conditions") or []:
+    def _condition(self, type_: str, qc: dict[str, Any] | None = None) -> tuple[str, str] | None:
+        for c in ((qc or self._qc()).get("status") or {}).get("conditions") or []:
             if c["type"] == type_:
                 return c["status"], c["reason"]
         return None
@@ -375,8 +375,8 @@ class Demo:
                 self.narrator.clear()
                 return value
             if follow:
-                c = self._counts()
-                ready = self._condition("Ready") or ("?", "")
+                qc = self._qc()  # one read for the whole status line
+                c, ready = self._counts(qc), self._condition("Ready", qc) or ("?", "")
                 self.narrator.live(
                     f"processed {c.get('processed', 0):>4} · retried {c.get('retried', 0):>3} · "
                     f"quarantined {c.get('poisoned', 0):>3} · Ready={ready[0]} {ready[1] or ''}")
