@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from antidote_api.conditions import parse_time
 from antidote_api.semantics import EffectiveSettings
 
 from . import kube
@@ -113,7 +114,7 @@ async def step(ctx: Context, st: ConsumerState, qc: Mapping[str, Any],
     if settings is not None:
         now = datetime.now(timezone.utc)
         p = rj.plan(consumer=name, settings=settings, annotations=meta.get("annotations") or {},
-                    depth=depth, now=now, created=rj._time(meta.get("creationTimestamp")), jobs=jobs,
+                    depth=depth, now=now, created=parse_time(meta.get("creationTimestamp")), jobs=jobs,
                     stored=stored, job_opts=ctx.options.reader_jobs)
         if p.invalid_drain is not None:
             out.events.append(Event("Warning", "DrainInvalid",
