@@ -6,8 +6,9 @@ One command, one broker, the same data and the same trivial handler for every ro
 
 (a) plain Spark: Kafka source -> mapInArrow(handler) -> Kafka sink, no poison handling;
 (b) Antidote at 0%, 0.1% and 1% poison (policy: 2 immediate retries, 1 retry cycle of 1s,
-then Move). Prints messages/s and the ratios b(0%)/a (goal >= 0.90) and b(0.1%)/b(0%)
-(goal >= 0.85), then the batch re-executions Antidote needs to isolate one message that
+then Move), each run --rounds times in a rotating order. Prints the median messages/s and
+the per-round ratios b(0%)/a (goal >= 0.90) and b(0.1%)/b(0%) (goal >= 0.85) with their
+medians, then the batch re-executions Antidote needs to isolate one message that
 crashes the Python worker in a batch of 10,000 (goal <= 30). Uses the stack named by
 $ANTIDOTE_STACK_DIR if it runs, else starts its own and stops it at the end.
 """
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -39,6 +41,8 @@ from antidote_devstack import stack as devstack  # noqa: E402
 from antidote_devstack.paths import cache_dir  # noqa: E402
 
 POLICY = {"retries": {"immediate": 2, "cycles": 1, "cycleDelay": "1s"}}
+PIPELINES = {"a": "(a) plain Spark, no handling", "b 0%": "(b) Antidote, 0% poison",
+             "b 0.1%": "(b) Antidote, 0.1% poison", "b 1%": "(b) Antidote, 1% poison"}
 
 
 def log(text: str) -> None:
@@ -164,7 +168,8 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--batch", type=int, default=100_000, help="maxMessagesPerBatch / maxOffsetsPerTrigger")
-    ap.add_argument("--repeat", type=int, default=2, help="runs of (a) and of b(0%%), best kept")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of every pipeline; medians and per-round ratios are reported")
     args = ap.parse_args()
 
     reuse = os.environ.get("ANTIDOTE_STACK_DIR")
@@ -199,26 +204,25 @@ def main() -> int:
         run_antidote(spark, settings(bootstrap, warm, make_topic(admin, warm + "-ad", args.partitions),
                                      args.batch, workdir, POLICY))
 
-        results: dict[str, tuple[float, int]] = {}
-        src0, _ = topics["0%"]
-        for r in range(args.repeat):  # alternate, so drift on a busy machine hits both
-            sink = make_topic(admin, f"{src0}-plain{r}", args.partitions)
-            t = run_plain(spark, bootstrap, src0, sink, args.batch, workdir)
-            log(f"(a) plain Spark run {r + 1}: {t:.1f}s")
-            results["a"] = min(results.get("a", (t, 0)), (t, 0))
-            sink = make_topic(admin, f"{src0}-ad{r}", args.partitions)
-            t, _m = run_antidote(spark, settings(bootstrap, src0, sink, args.batch, workdir, POLICY))
-            log(f"(b) Antidote 0% run {r + 1}: {t:.1f}s")
-            results["b 0%"] = min(results.get("b 0%", (t, 0)), (t, 0))
-        for label in ("0.1%", "1%"):
-            src, bad = topics[label]
-            sink = make_topic(admin, f"{src}-ad", args.partitions)
-            s = settings(bootstrap, src, sink, args.batch, workdir, POLICY)
-            t, m = run_antidote(spark, s)
-            moved = m.registry.get_sample_value("antidote_messages_total", {**m.ids, "outcome": "moved"})
-            assert moved == bad, f"{label}: moved {moved}, produced {bad} poison"
-            log(f"(b) Antidote {label}: {t:.1f}s, {int(moved)} moved")
-            results[f"b {label}"] = (t, bad)
+        # Rounds of every pipeline, in a rotating order, so that drift on this machine
+        # (2 cores, page cache, JIT) hits each one alike; medians and paired ratios.
+        times: dict[str, list[float]] = {k: [] for k in PIPELINES}
+        order = list(PIPELINES)
+        for r in range(args.rounds):
+            for k in order[r % len(order):] + order[:r % len(order)]:
+                label = k.split(" ", 1)[-1]
+                src, bad = topics["0%" if k == "a" else label]
+                sink = make_topic(admin, f"{src}-{k.replace(' ', '').replace('%', 'pct')}-{r}",
+                                  args.partitions)
+                if k == "a":
+                    t = run_plain(spark, bootstrap, src, sink, args.batch, workdir)
+                else:
+                    t, m = run_antidote(spark, settings(bootstrap, src, sink, args.batch, workdir, POLICY))
+                    moved = m.registry.get_sample_value("antidote_messages_total",
+                                                        {**m.ids, "outcome": "moved"})
+                    assert moved == bad, f"{k}: moved {moved}, produced {bad} poison"
+                times[k].append(t)
+                log(f"round {r + 1}: {PIPELINES[k]}: {t:.1f}s")
 
         log("isolating one crashing message in a batch of 10,000")
         runs = isolation_runs(spark, bootstrap, admin, workdir)
@@ -229,19 +233,23 @@ def main() -> int:
             devstack.down(own_dir)
 
     n = args.messages
-    rate = {k: n / t for k, (t, _) in results.items()}
+    med = {k: statistics.median(v) for k, v in times.items()}
     print(f"\nconsumer throughput: {n:,} JSON messages, {args.partitions} partitions, "
-          f"local[2], batches of {args.batch:,}, best of {args.repeat} for (a) and b(0%)\n")
-    print(f"{'pipeline':<34}{'seconds':>9}{'msg/s':>10}{'poison':>8}")
-    names = {"a": "(a) plain Spark, no handling", "b 0%": "(b) Antidote, 0% poison",
-             "b 0.1%": "(b) Antidote, 0.1% poison", "b 1%": "(b) Antidote, 1% poison"}
-    for k, label in names.items():
-        t, bad = results[k]
-        print(f"{label:<34}{t:>9.1f}{rate[k]:>10,.0f}{bad:>8}")
-    r1, r2 = rate["b 0%"] / rate["a"], rate["b 0.1%"] / rate["b 0%"]
-    print(f"\nb(0%)/a    = {r1:.2f}  (goal >= 0.90: {'met' if r1 >= 0.90 else 'NOT met'})")
-    print(f"b(0.1%)/b(0%) = {r2:.2f}  (goal >= 0.85: {'met' if r2 >= 0.85 else 'NOT met'})")
-    print(f"b(1%)/b(0%)   = {rate['b 1%'] / rate['b 0%']:.2f}")
+          f"local[2], batches of {args.batch:,}; median of {args.rounds} rounds\n")
+    print(f"{'pipeline':<34}{'median s':>9}{'msg/s':>10}{'poison':>8}   every round (s)")
+    for k, label in PIPELINES.items():
+        bad = topics["0%" if k == "a" else k.split(" ", 1)[1]][1]
+        rounds = " ".join(f"{t:.1f}" for t in times[k])
+        print(f"{label:<34}{med[k]:>9.1f}{n / med[k]:>10,.0f}{bad:>8}   {rounds}")
+
+    print()
+    for name, num, den, goal in (("b(0%)/a", "b 0%", "a", 0.90), ("b(0.1%)/b(0%)", "b 0.1%", "b 0%", 0.85),
+                                 ("b(1%)/b(0%)", "b 1%", "b 0%", None)):
+        # Throughput ratios are inverse time ratios, paired within a round (adjacent runs).
+        paired = [d / u for u, d in zip(times[num], times[den])]
+        r = statistics.median(paired)
+        verdict = "" if goal is None else f"  (goal >= {goal:.2f}: {'met' if r >= goal else 'NOT met'})"
+        print(f"{name:<15} = {r:.2f} median of rounds {' '.join(f'{x:.2f}' for x in paired)}{verdict}")
     print(f"isolation of 1 crashing message in a batch of 10,000: {runs} re-executions "
           f"(goal <= 30: {'met' if runs <= 30 else 'NOT met'})")
     return 0
