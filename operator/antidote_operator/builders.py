@@ -36,7 +36,8 @@ K8S_MASTER = "k8s://https://kubernetes.default.svc"
 class RenderOptions:
     """Operator-wide choices that shape every consumer's children."""
 
-    image: str = "ghcr.io/antidote-dev/antidote:0.1.0"
+    # The chart passes its consumer.image; this default is the same image at this version.
+    image: str = "ghcr.io/antidote-dev/antidote-consumer:0.1.0"
     image_pull_policy: str = "IfNotPresent"
     metrics_port: int = 9090
     driver_port: int = 7078
