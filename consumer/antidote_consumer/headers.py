@@ -92,6 +92,11 @@ def retry_state(headers: Iterable[tuple[str, bytes | None]]) -> RetryState:
         raise ValueError(f"not an Antidote retry record (missing or bad antidote.* headers: {err})") from err
 
 
+def consumer_of(headers: Iterable[tuple[str, bytes | None]] | None) -> str | None:
+    """Which consumer wrote a retry or quarantine record (`namespace/name`), if any."""
+    return _get(list(headers or ()), CONSUMER)
+
+
 def due_of(headers: Iterable[tuple[str, bytes | None]] | None) -> int:
     """The due time of a retry record; 0 (due now) when it has none."""
     value = _get(list(headers or ()), DUE)

@@ -29,6 +29,7 @@ class LedgerState:
     started_batch: int = -1  # last Spark batch id begun (a crash leaves started > committed)
     consecutive_failures: int = 0
     disabled: str | None = None  # reason the consumer disabled itself, if it did
+    resumed: str | None = None  # the last resume token honored (EffectiveSettings.resume_token)
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     attempts: int = 0
     positions: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset
@@ -40,7 +41,8 @@ class LedgerState:
     def entries(self) -> dict[str, dict]:
         return {
             BATCH: {"committed": self.committed_batch, "started": self.started_batch,
-                    "consecutiveFailures": self.consecutive_failures, "disabled": self.disabled},
+                    "consecutiveFailures": self.consecutive_failures, "disabled": self.disabled,
+                    "resumed": self.resumed},
             COUNTS: {**self.counts, "attempts": self.attempts},
             POSITIONS: dict(self.positions),
             SKIPS: {"fault": self.fault, "skipped": list(self.skipped)},
@@ -52,6 +54,7 @@ class LedgerState:
             self.started_batch = value.get("started", -1)
             self.consecutive_failures = value.get("consecutiveFailures", 0)
             self.disabled = value.get("disabled")
+            self.resumed = value.get("resumed")
         elif key == COUNTS:
             self.attempts = value.get("attempts", 0)
             self.counts = {k: value.get(k, 0) for k in OUTCOMES}

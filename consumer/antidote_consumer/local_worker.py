@@ -43,15 +43,36 @@ def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict]:
     return [r for out in process(cfg, iter([batch])) for r in out.to_pylist()]
 
 
+def _warm(cfg: WorkerConfig) -> None:
+    import pyarrow  # noqa: F401
+
+    from .worker import _plan, sink_producer
+
+    _plan(cfg)  # imports the handler's module
+    _topic, producer = sink_producer(cfg)
+    if producer is not None:
+        producer.list_topics(timeout=10)  # connected before the first batch needs it
+
+
 class LocalWorker:
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
 
-    def run(self, cfg: WorkerConfig, rows: list[tuple]) -> list[Row]:
+    def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def warm(self, cfg: WorkerConfig) -> None:
+        """Start the process, import the handler and connect the sink in the background, once:
+        the first retry batch is due a cycle delay later and should not wait ~1 s for that."""
+        if self._pool is None:
+            self._started().submit(_warm, cfg)  # a failure here shows again in run()
+
+    def run(self, cfg: WorkerConfig, rows: list[tuple]) -> list[Row]:
+        pool = self._started()
         try:
-            out = self._pool.submit(_run, cfg, rows).result()
+            out = pool.submit(_run, cfg, rows).result()
         except BrokenProcessPool as err:
             self._pool = None  # a fresh process next time
             raise LocalWorkerDied(str(err) or "the local worker process died") from err

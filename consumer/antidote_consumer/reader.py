@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from antidote_api.semantics import EffectiveSettings
 
 from . import headers as h
+from . import kafka_auth
 from .kafka_retry import retrying
 from .ledger import MAX_RECORD_BYTES
 from .reader_rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
@@ -50,7 +51,7 @@ def group_id(settings: EffectiveSettings) -> str:
 
 
 def reader_ledger(read_topic: str, settings: EffectiveSettings) -> str:
-    return ledger_topic(read_topic, f"reader-{settings.consumer}")
+    return ledger_topic(read_topic, settings.namespace, f"reader-{settings.consumer}")
 
 
 @dataclass
@@ -88,9 +89,10 @@ class _Run:
         self.s, self.p, self.stop, self.log_every = settings, p, stop, log_every
         self.topic = settings.topics.poison if p.source == "poison" else settings.topics.dlq
         self.bootstrap = settings.source.bootstrap_servers
+        self.conf = kafka_auth.source_config(settings, verify=True)  # the secretRef's, for librdkafka
         self.report = ReaderReport(action=p.action, dryRun=p.dry_run, source=p.source,
                                    archivePath=p.archive_path if p.action == "Archive" else None)
-        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        self.admin = AdminClient({**self.conf, "bootstrap.servers": self.bootstrap})
         self.ledger_topic = reader_ledger(self.topic, settings)
         self.limiter = RateLimiter(None if p.dry_run else p.rate)
         self.consumer: Consumer | None = None
@@ -137,7 +139,8 @@ class _Run:
     def _load_ledger(self) -> None:
         if not self._exists(self.ledger_topic):
             return
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"{group_id(self.s)}-loader",
+        c = Consumer({**self.conf, "bootstrap.servers": self.bootstrap,
+                      "group.id": f"{group_id(self.s)}-loader",
                       "enable.auto.commit": False, "isolation.level": "read_committed",
                       "enable.partition.eof": True})
         try:
@@ -170,14 +173,14 @@ class _Run:
             return []
         parts = sorted(md.partitions)
         self.consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": group_id(self.s),
+            **self.conf, "bootstrap.servers": self.bootstrap, "group.id": group_id(self.s),
             "enable.auto.commit": False, "isolation.level": "read_committed",
             "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         if not self.p.dry_run:
             self._ensure(self.ledger_topic, None, {"cleanup.policy": "compact"})
             who = f"{self.s.namespace}-{self.s.consumer}"
             self.producer = Producer({
-                "bootstrap.servers": self.bootstrap,
+                **self.conf, "bootstrap.servers": self.bootstrap,
                 "transactional.id": f"antidote-reader-{who}-{self.p.source}",
                 "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
                 "message.max.bytes": MAX_RECORD_BYTES})

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from .headers import due_of
+from .headers import consumer_of, due_of
 from .kafka_retry import retrying
 
 
@@ -28,21 +28,43 @@ def position_key(topic: str, partition: int) -> str:
 
 
 class RetryReader:
-    def __init__(self, bootstrap: str, topics: list[str], client_conf: dict | None = None):
+    def __init__(self, bootstrap: str, topics: list[str], client_conf: dict | None = None,
+                 owner: str | None = None):
         self.topics = topics
-        self.consumer = Consumer({**(client_conf or {}), "bootstrap.servers": bootstrap,
-                                  "group.id": "antidote-retry-reader", "enable.auto.commit": False,
-                                  "isolation.level": "read_committed",
-                                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        # Another QueueConsumer of the same source shares its retry topics: its records are
+        # passed over, whatever their due time (its cycle delays may differ from ours).
+        self.owner = owner
+        conf = {**(client_conf or {}), "bootstrap.servers": bootstrap,
+                "group.id": "antidote-retry-reader", "enable.auto.commit": False,
+                "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                # It reads to the end and stops; the broker's default 500 ms long poll would
+                # delay every end-of-partition (and so every retry batch) by that much.
+                "fetch.wait.max.ms": 10}
+        self.consumer = Consumer({**conf, "isolation.level": "read_committed"})
+        # Offsets as read_committed sees them end at the last stable offset. Records of a
+        # transaction that just committed stay behind it until the broker has written the
+        # commit markers: the high watermark says whether something is still on its way.
+        self.uncommitted = Consumer({**conf, "isolation.level": "read_uncommitted"})
         self.partitions = {t: sorted(self.consumer.list_topics(t, timeout=30).topics[t].partitions)
                            for t in topics}
-        # Where each partition was last read to its end. After a transaction the position of
-        # the last record is followed by a commit marker that read_committed never returns;
-        # starting past it avoids waiting for a record that is not there.
+        # Where each partition was last read to its end, or past others' records. After a
+        # transaction the last record is followed by a commit marker that read_committed
+        # never returns; starting past it avoids waiting for a record that is not there.
         self.ends: dict[str, int] = {}
+
+    def forget(self) -> None:
+        """Read from the committed positions again: the rows of the last read were not
+        committed, and the hints in `ends` may lie past them."""
+        self.ends.clear()
 
     def close(self) -> None:
         self.consumer.close()
+        self.uncommitted.close()
+
+    @staticmethod
+    def _offsets(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+        return retrying(lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10),
+                        f"retry topic {topic}: reading its offsets")
 
     def read_due(self, positions: dict[str, int], now_ms: int, limit: int) -> DueBatch:
         out = DueBatch()
@@ -50,15 +72,14 @@ class RetryReader:
         for t in self.topics:
             for p in self.partitions[t]:
                 start = max(positions.get(position_key(t, p), 0), self.ends.get(position_key(t, p), 0))
-                _low, high = retrying(
-                    lambda t=t, p=p: self.consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10),
-                    f"retry topic {t}: reading its offsets")
-                if start < high:  # else nothing was written there since we last read
+                _low, stable = self._offsets(self.consumer, t, p)
+                if start < stable:
                     tps.append(TopicPartition(t, p, start))
+                elif self._offsets(self.uncommitted, t, p)[1] > stable:
+                    out.incomplete = True  # a transaction is open or its markers are not written yet
         if not tps:
             return out
         self.consumer.assign(tps)
-        self.consumer.resume(tps)  # a partition paused by the last read stays paused otherwise
         open_parts = {(tp.topic, tp.partition) for tp in tps}
         while open_parts and len(out.rows) < limit:
             msg = self.consumer.poll(1.0)
@@ -74,11 +95,16 @@ class RetryReader:
                     open_parts.discard(where)
                     continue
                 raise RuntimeError(f"retry topic {msg.topic()}: {msg.error()}")
+            owner = consumer_of(msg.headers()) if self.owner is not None else None
+            if owner is not None and owner != self.owner:
+                self.ends[position_key(*where)] = msg.offset() + 1
+                continue
             due = due_of(msg.headers())
             if due > now_ms:
                 out.next_due = due if out.next_due is None else min(out.next_due, due)
+                # Done with this partition; what it still delivers is passed over above.
+                # (Pausing it instead made the next assign of it wait ~1 s for a first fetch.)
                 open_parts.discard(where)
-                self.consumer.pause([TopicPartition(*where)])
                 continue
             ts = msg.timestamp()[1]
             out.rows.append((msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(), ts,

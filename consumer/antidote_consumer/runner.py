@@ -3,6 +3,7 @@ pump over the retry topics, metrics, and a clean stop."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -18,10 +19,11 @@ from pyspark.sql import functions as F
 
 from antidote_api.semantics import EffectiveSettings
 
+from . import kafka_auth
 from .metrics import Metrics
 from .retry_reader import RetryReader
 from .runtime import ExitCode, QueueDisabled, Runtime
-from .topics import depth, ensure_topics, ledger_topic, max_message_bytes, source_lag
+from .topics import consumer_id, depth, ensure_topics, ledger_topic, max_message_bytes, source_lag
 from .worker import INPUT_COLUMNS, INPUT_SCHEMA
 
 log = logging.getLogger("antidote.consumer")
@@ -99,23 +101,27 @@ class Consumer:
         self.spark = spark
         self.metrics = metrics
         self.interval = trigger_interval
-        admin = AdminClient({"bootstrap.servers": settings.source.bootstrap_servers})
+        conf = kafka_auth.verified_source_config(settings)  # the secretRef's, for librdkafka
+        admin = AdminClient({**conf, "bootstrap.servers": settings.source.bootstrap_servers})
         t = settings.topics
         derived = list(t.retry) + [t.poison, t.dlq]
         self.partitions = ensure_topics(admin, t.source, derived,
-                                        ledger_topic(t.source, settings.consumer))
+                                        ledger_topic(t.source, settings.namespace, settings.consumer))
         for key, value in arrow_batching(max_message_bytes(admin, t.source),
                                          settings.spark.conf).items():
             spark.conf.set(key, value)
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions)
-        self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry)) if t.retry else None
+        self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry), conf,
+                                 owner=consumer_id(settings.namespace, settings.consumer)) if t.retry else None
         # Topic depths (poison, dlq, retry) are exported with or without retry cycles: the
         # operator's poisonDepth trigger reads them.
         self.offsets = self.retry.consumer if self.retry else KafkaConsumer({
-            "bootstrap.servers": settings.source.bootstrap_servers, "group.id": "antidote-depths",
+            **conf, "bootstrap.servers": settings.source.bootstrap_servers, "group.id": "antidote-depths",
             "enable.auto.commit": False})
         self.query = None
         self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
+        self.wake = threading.Event()  # the pump's sleep ends early: new retries, or a stop
+        self.runtime.on_scheduled = self.wake.set
         self.retry_lock = threading.Lock()  # one reader of the retry topics at a time
         self.depths_at = float("-inf")
 
@@ -129,6 +135,7 @@ class Consumer:
         src = self.s.source
         reader = (self.spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", src.bootstrap_servers)
+                  .options(**kafka_auth.source_spark_options(self.s))
                   .option("subscribe", src.topic)
                   .option("startingOffsets", src.starting_offsets)
                   .option("maxOffsetsPerTrigger", str(src.max_messages_per_batch))
@@ -158,13 +165,19 @@ class Consumer:
         with self.retry_lock:
             due = self._read_due()
             if due.rows:
-                self.runtime.handle(self._due_frame(due), positions=due.positions, local_rows=due.rows)
+                try:
+                    self.runtime.handle(functools.cache(lambda: self._due_frame(due)),
+                                        positions=due.positions, local_rows=due.rows)
+                except BaseException:
+                    self.retry.forget()
+                    raise
         if due.incomplete and not due.rows:
             return 0, int(time.time() * 1000)  # unknown yet: ask again at once, not idle
         return len(due.rows), due.next_due
 
     def _pump_loop(self) -> None:
         while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):
+            self.wake.clear()  # before reading: a wake-up from now on is not lost
             try:
                 n, next_due = self.pump_once()
                 if time.monotonic() - self.depths_at >= DEPTHS_EVERY_S:
@@ -176,9 +189,19 @@ class Consumer:
                 log.exception("retry pump failed; trying again")
                 n, next_due = 0, None
             if not n:
-                wait = self.interval if next_due is None else max(0.05, min(
-                    self.interval, next_due / 1000 - time.time()))
-                self.pump_stop.wait(wait)
+                self.wake.wait(self._pump_wait(next_due))
+
+    def _pump_wait(self, next_due: int | None) -> float:
+        """Until the earliest known due time: of what the retry topics hold, or of what this
+        process scheduled since (it wakes the pump). Bounded so depths stay fresh."""
+        now = int(time.time() * 1000)
+        scheduled = self.runtime.scheduled_due
+        if scheduled is not None and scheduled <= now:
+            self.runtime.scheduled_due = scheduled = None  # read by now, or being read
+        known = [d for d in (next_due, scheduled) if d is not None]
+        if not known:
+            return DEPTHS_EVERY_S
+        return max(0.05, min(DEPTHS_EVERY_S, (min(known) - now) / 1000))
 
     def update_depths(self) -> None:
         self.depths_at = time.monotonic()
@@ -203,12 +226,17 @@ class Consumer:
         if q is not None and q.isActive:
             q.stop()
 
+    def _end_pump(self) -> None:
+        self.pump_stop.set()
+        self.wake.set()
+
     def request_stop(self, *_args) -> None:
         """SIGTERM: finish the current batch, then stop (a batch cut short is replayed)."""
         if self.runtime.stopping.is_set():
             return
         log.info("stop requested: finishing the current batch")
         self.runtime.stopping.set()
+        self.wake.set()
 
         def stop_after_batch() -> None:
             deadline = time.monotonic() + 120
@@ -239,7 +267,7 @@ class Consumer:
             # runs until SIGTERM or until a batch disables the queue.
             while self.query.isActive and not self.runtime.disabled:
                 self.query.awaitTermination(1)
-            self.pump_stop.set()
+            self._end_pump()
             pump.join(timeout=120)
             self._stop_query()
             self._raise_disabled()
@@ -254,7 +282,7 @@ class Consumer:
                 return ExitCode.OK
             raise
         finally:
-            self.pump_stop.set()
+            self._end_pump()
             if pump.is_alive():
                 pump.join(timeout=120)
             self._stop_query()

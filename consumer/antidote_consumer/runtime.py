@@ -11,19 +11,21 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
 from antidote_api.semantics import EffectiveSettings
 
 from . import headers as h
+from . import kafka_auth
 from .attempts import Reason, Verdict
 from .isolation import bisect
 from .ledger import Ledger, LedgerState, transactional_id
 from .local_worker import MAX_ROWS as MAX_LOCAL_ROWS
 from .local_worker import LocalWorker
 from .metrics import Metrics
-from .topics import ledger_topic
+from .topics import consumer_id, ledger_topic
 from .worker import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
 
 log = logging.getLogger("antidote.consumer")
@@ -67,7 +69,8 @@ class BatchResult:
 def worker_config(s: EffectiveSettings) -> WorkerConfig:
     sink_kafka = None
     if s.sink is not None and s.sink.kafka is not None:
-        sink_kafka = {"bootstrap.servers": s.sink.kafka.bootstrap_servers, "topic": s.sink.kafka.topic}
+        sink_kafka = {"bootstrap.servers": s.sink.kafka.bootstrap_servers, "topic": s.sink.kafka.topic,
+                      "secret_dir": kafka_auth.sink_secret_dir(s)}  # read there by the executors
     return WorkerConfig(
         handler=s.handler, source_topic=s.source.topic, immediate=s.retries.immediate,
         cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
@@ -85,20 +88,38 @@ class Runtime:
         self.partitions = partitions
         self.retry_sleep = retry_sleep
         self.cfg = worker_config(settings)
-        self.local: LocalWorker | None = LocalWorker()  # small retry batches, no Spark job
+        self.consumer_id = consumer_id(settings.namespace, settings.consumer)
+        # Small retry batches run without a Spark job; a path sink is written by Spark.
+        path_sink = settings.sink is not None and settings.sink.path is not None
+        self.local: LocalWorker | None = None if path_sink else LocalWorker()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.window: deque[tuple[float, int, int]] = deque()
+        # The earliest due time of the retry records this process wrote, and who to tell:
+        # the retry pump sleeps until then instead of polling the retry topics.
+        self.scheduled_due: int | None = None
+        self.on_scheduled: Callable[[], None] | None = None
         self.disabled: QueueDisabled | None = None
         self.ledger = Ledger(settings.source.bootstrap_servers,
-                             ledger_topic(settings.source.topic, settings.consumer),
-                             transactional_id=transactional_id(settings.namespace, settings.consumer))
+                             ledger_topic(settings.source.topic, settings.namespace, settings.consumer),
+                             transactional_id=transactional_id(settings.namespace, settings.consumer),
+                             client_conf=kafka_auth.source_config(settings))
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:
         state = self.ledger.load()
         new = copy.deepcopy(state)
-        if state.disabled:
+        token = self.s.resume_token
+        if token is not None:
+            new.resumed = token
+        if state.disabled and (token is None or token == state.resumed):
+            # Only a resume re-enables a queue: a container restarted by its kubelet would
+            # otherwise run the failing batch again before the operator scales it to 0.
+            self.disabled = QueueDisabled(
+                state.disabled, f"the queue was disabled ({state.disabled}) by an earlier run and "
+                "has not been resumed since (antidote resume, or the antidote.dev/resume "
+                "annotation)", state.fault)
+        elif state.disabled:
             log.info("resuming a queue disabled for %s: consecutive failures reset", state.disabled)
             new.disabled, new.consecutive_failures = None, 0
         elif state.started_batch > state.committed_batch:
@@ -128,17 +149,16 @@ class Runtime:
 
     # --- executing a batch --------------------------------------------------------------
     def execute(self, df, local_rows: list | None = None) -> BatchResult:
-        """Run the handler over `df` (INPUT_COLUMNS); raises when the batch fails as a whole.
-        A small batch whose rows are at hand (`local_rows`) runs in the local worker process."""
-        path_sink = self.s.sink is not None and self.s.sink.path is not None
-        if (local_rows is not None and self.local is not None and not path_sink
-                and len(local_rows) <= MAX_LOCAL_ROWS):
+        """Run the handler over `df` (INPUT_COLUMNS, or a function making it); raises when the
+        batch fails as a whole. A small batch whose rows are at hand (`local_rows`) runs in the
+        local worker process, and then needs no DataFrame at all."""
+        if local_rows is not None and self.local is not None and len(local_rows) <= MAX_LOCAL_ROWS:
             try:
                 return self._collect(self.local.run(self.cfg, local_rows))
             except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
                 log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
                             _first_line(err))
-        mapped = df.mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
+        mapped = _frame(df).mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
         sink = self.s.sink
         if sink is not None and sink.path is not None:
             mapped = mapped.persist()
@@ -166,11 +186,16 @@ class Runtime:
         out = mapped.filter("kind = 'ok'").selectExpr(
             "key", "output AS value", "otopic AS topic", "opartition AS partition",
             "ooffset AS offset", "ots AS timestamp")
-        # Overwriting a folder per first offset makes a replayed batch idempotent.
-        first = mapped.selectExpr("min(ooffset)").first()[0]
+        # One folder per batch, named after the first record it read (where it was read: the
+        # source or a retry topic). A record is read by one batch only, so no other batch
+        # overwrites it, and a replayed batch reads the same record first and overwrites its
+        # own folder: idempotent. (Original offsets collide: a retried message's with the
+        # batch it came from, partitions' with each other.)
+        first = mapped.filter("kind != 'summary'").selectExpr(
+            "min(struct(topic, partition, offset)) AS f").first().f
         if first is not None:
             out.write.mode("overwrite").format(self.s.sink.format).save(
-                f"{self.s.sink.path.rstrip('/')}/from-offset={first}")
+                f"{self.s.sink.path.rstrip('/')}/batch={first.topic}-{first.partition}-{first.offset}")
 
     # --- one batch, end to end -------------------------------------------------------------
     def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None,
@@ -226,6 +251,7 @@ class Runtime:
         return state.consecutive_failures
 
     def _isolate(self, df, err: Exception) -> tuple[BatchResult, list]:
+        df = _frame(df)
         keys = [tuple(r) for r in df.select("topic", "partition", "offset")
                 .orderBy("topic", "partition", "offset").collect()]
         log.warning("isolating the failure in a batch of %d messages by bisection", len(keys))
@@ -255,7 +281,8 @@ class Runtime:
                                 f"no part of the batch succeeds; last error: {_first_line(err)}")
         raws = df.filter(_segment_filter(iso.culprits)).collect()
         isolated = [(raw, iso.failures.get((raw.topic, raw.partition, raw.offset), 1)
-                     + self.ledger.state.consecutive_failures, _first_line(err)) for raw in raws]
+                     + self.ledger.state.consecutive_failures + _attempts_before(raw, self.s.source.topic),
+                     _first_line(err)) for raw in raws]
         log.warning("isolated %d message(s) that fail the whole batch in %d re-executions: %s",
                     len(isolated), iso.executions,
                     ", ".join(f"{r.topic}/{r.partition}/{r.offset}" for r, _, _ in isolated))
@@ -304,6 +331,9 @@ class Runtime:
                           reason=Reason.BATCH_ISOLATION.value, attempts=isolated[0][1],
                           error_class="antidote.BatchFailure", error_message=isolated[0][2],
                           first_failure=now_ms(), last_failure=now_ms(), cycle=0)
+            origin = (h.Origin(r.otopic, r.opartition, r.ooffset, r.ots) if r is not None
+                      else _origin_of(isolated[0][0], s.source.topic)[0])
+            self._last_poison(at["reason"], at["error_class"], origin)  # where it stopped
             raise QueueDisabled("Fault", f"poison message at {where} ({why}); it and the "
                                 "messages after it stay unconsumed", at)
 
@@ -314,16 +344,18 @@ class Runtime:
         counts["processed"] += result.n_ok
         state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
         poisoned = []
+        dues: list[int] = []
         for r in result.failures:
             user = [(x.key, x.value) for x in (r.headers or [])]
             origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
             common = dict(origin=origin, attempts=r.attempts, first_failure=r.first_failure,
                           last_failure=r.last_failure, error_class=r.error_class,
-                          error_message=r.error_message, stack=r.stack, consumer=s.consumer,
+                          error_message=r.error_message, stack=r.stack, consumer=self.consumer_id,
                           policy=s.policy)
             if r.kind == Verdict.RETRY.value:
                 cycle = r.cycle + 1
                 due = now + s.retries.cycle_delays[r.cycle].ms
+                dues.append(due)
                 hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
                 records.append((s.topics.retry[r.cycle], r.opartition % self.partitions, r.key,
                                 r.value, hdrs))
@@ -336,7 +368,7 @@ class Runtime:
             origin, user, cycle = _origin_of(raw, s.source.topic)
             common = dict(origin=origin, attempts=attempts, first_failure=now, last_failure=now,
                           error_class="antidote.BatchFailure", error_message=error, stack=None,
-                          consumer=s.consumer, policy=s.policy)
+                          consumer=self.consumer_id, policy=s.policy)
             poisoned.append((Reason.BATCH_ISOLATION.value, "antidote.BatchFailure", origin))
             records += self._disposition(raw.key, raw.value, user, cycle,
                                          Reason.BATCH_ISOLATION.value, common)
@@ -349,10 +381,18 @@ class Runtime:
         if positions:
             state.positions.update(positions)
         self.ledger.commit(state, records)
+        retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
+        if retried:
+            due = min(d for d in dues)
+            self.scheduled_due = due if self.scheduled_due is None else min(self.scheduled_due, due)
+            if self.on_scheduled is not None:
+                self.on_scheduled()
+            if self.local is not None:
+                self.local.warm(self.cfg)
 
         m, ids = self.metrics, self.metrics.ids
         m.count("processed", result.n_ok)
-        m.count("retried", sum(1 for r in result.failures if r.kind == Verdict.RETRY.value))
+        m.count("retried", retried)
         m.count(outcome, len(poisoned))
         m.attempts.labels(**ids).inc(result.n_attempts)
         m.consecutive.labels(**ids).set(0)
@@ -360,12 +400,15 @@ class Runtime:
             m.poison.labels(**ids, reason=reason, disposition=s.disposition).inc()
         if poisoned:
             reason, error_class, origin = poisoned[-1]
-            m.last_poison.clear()
-            m.last_poison.labels(**ids, reason=reason, error_class=error_class or "",
-                                 topic=origin.topic, partition=str(origin.partition),
-                                 offset=str(origin.offset)).set(now / 1000)
+            self._last_poison(reason, error_class, origin)
             log.warning("%d message(s) got disposition %s; last: %s/%d/%d (%s, %s)", len(poisoned),
                         s.disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
+
+    def _last_poison(self, reason: str, error_class: str | None, origin: h.Origin) -> None:
+        m = self.metrics
+        m.last_poison.clear()
+        m.last_poison.labels(**m.ids, reason=reason, error_class=error_class or "", topic=origin.topic,
+                             partition=str(origin.partition), offset=str(origin.offset)).set(time.time())
 
     def _disposition(self, key, value, user, cycle, reason, common) -> list:
         s = self.s
@@ -388,6 +431,12 @@ class Runtime:
         log.error("queue disabled (%s): %s", err.reason, err.message)
 
 
+def _frame(df):
+    """A retry batch's DataFrame is made only if a Spark job needs it: building one from
+    driver-side rows costs more than running the batch in the local worker."""
+    return df() if callable(df) else df
+
+
 def is_job_failure(err: BaseException) -> bool:
     """A failure of the Spark job (a task, a worker, the JVM), not a bug in the driver code."""
     from py4j.protocol import Py4JError
@@ -402,6 +451,13 @@ def _origin_of(raw, source_topic: str):
         return h.Origin(raw.topic, raw.partition, raw.offset, raw.ts), hdrs, 0
     st = h.retry_state(hdrs)
     return st.origin, h.user_headers(hdrs), st.cycle
+
+
+def _attempts_before(raw, source_topic: str) -> int:
+    """Handler calls a retry record had in its earlier cycles; 0 for a source record."""
+    if raw.topic == source_topic:
+        return 0
+    return h.retry_state([(x.key, x.value) for x in (raw.headers or [])]).attempts
 
 
 def _segment_filter(keys):
@@ -441,6 +497,8 @@ def _skip_key(text: str) -> tuple[str, int, int]:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     for line in text:
+        if line[:1].isspace():
+            continue  # a traceback's frames and source lines, not the error itself
         if "Error" in line or "Exception" in line:
             return line.strip()[:300]
     return (text[0] if text else type(err).__name__)[:300]

@@ -18,8 +18,9 @@ from confluent_kafka import Consumer, TopicPartition
 from antidote_api.semantics import EffectiveSettings
 
 from . import headers as h
+from . import kafka_auth
 from .ledger import Ledger, load_state, transactional_id
-from .topics import ledger_topic
+from .topics import consumer_id, ledger_topic
 
 
 class SkipError(Exception):
@@ -61,8 +62,14 @@ def _read_one(bootstrap: str, topic: str, partition: int, offset: int, conf: dic
 
 def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None = None) -> Skipped:
     bootstrap = s.source.bootstrap_servers
-    topic = ledger_topic(s.source.topic, s.consumer)
+    conf = kafka_auth.source_config(s, verify=True) if conf is None else conf
+    topic = ledger_topic(s.source.topic, s.namespace, s.consumer)
     state = load_state(bootstrap, topic, conf)
+    if state.disabled == "Fault" and not state.fault and state.skipped:
+        where = "/".join(state.skipped[-1].rsplit(":", 2))
+        resume = f"antidote resume {s.consumer}" + (f" -n {s.namespace}" if s.namespace else "")
+        raise SkipError(f"the message consumer {s.consumer!r} stopped at ({where}) was skipped "
+                        f"already; nothing was changed. Next: {resume}")
     if state.disabled != "Fault" or not state.fault:
         raise SkipError(f"consumer {s.consumer!r} is not stopped at a poison message (its ledger "
                         f"says: {'disabled for ' + state.disabled if state.disabled else 'running or idle'}); "
@@ -86,7 +93,7 @@ def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None
         origin=origin, attempts=f.get("attempts") or 0, cycle=f.get("cycle") or 0,
         first_failure=f.get("first_failure") or now, last_failure=f.get("last_failure") or now,
         reason=f.get("reason"), error_class=f.get("error_class"), error_message=f.get("error_message"),
-        stack=None, consumer=s.consumer, policy=s.policy, disposition="Fault") + [
+        stack=None, consumer=consumer_id(s.namespace, s.consumer), policy=s.policy, disposition="Fault") + [
         (h.SKIPPED_AT, str(now).encode())]
     ledger = Ledger(bootstrap, topic, transactional_id(s.namespace, s.consumer), conf)
     state = ledger.load()  # as the writer now: nothing can have changed in between

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import headers as h
+from . import kafka_auth
 from .attempts import Plan, Reason, Verdict, run_pass
 from .handler import load_handler
 from .message import Message
@@ -48,7 +49,9 @@ class WorkerConfig:
     cycles: int
     non_retryable: frozenset[str]
     validation: dict | None  # the policy's validation, wire form
-    sink_kafka: dict | None  # {"bootstrap.servers": ..., "topic": ...}
+    # {"bootstrap.servers", "topic", "secret_dir"}: the sink's Secret is read from its
+    # directory on the executor (mounted there too), so no credential travels with a task.
+    sink_kafka: dict | None
     emit_outputs: bool  # path sinks: outputs come back as rows for Spark to write
     fault_stops: bool = False  # disposition Fault: nothing after a poison message is processed
     skip: frozenset[tuple[str, int, int]] = frozenset()  # moved away by `antidote skip`
@@ -70,6 +73,7 @@ def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
 
 
 _sink_errors: list[str] = []
+SINK_WAIT_S = 60.0
 
 
 def _delivery_failed(err, _msg) -> None:
@@ -86,6 +90,9 @@ def _producer(conf: dict):
         _cache[key] = Producer({**conf, "enable.idempotence": True, "linger.ms": 20,
                                 "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024,
                                 "queue.buffering.max.messages": 1_000_000,
+                                # An output not delivered in time fails its own batch (which
+                                # waits SINK_WAIT_S for them), never a later one.
+                                "message.timeout.ms": int(SINK_WAIT_S * 1000) - 5000,
                                 "delivery.report.only.error": True,
                                 "on_delivery": _delivery_failed})
     return _cache[key]
@@ -101,15 +108,21 @@ def _produce(producer, topic: str, key, value, headers) -> None:
             continue
 
 
+def sink_producer(cfg: WorkerConfig):
+    """(topic, producer) of a Kafka sink, or (None, None); one producer per process."""
+    if not cfg.sink_kafka:
+        return None, None
+    conf = dict(cfg.sink_kafka)
+    topic = conf.pop("topic")
+    return topic, _producer({**kafka_auth.from_dir(conf.pop("secret_dir", None)), **conf})
+
+
 def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     import pyarrow as pa
 
     plan, handler = _plan(cfg)
-    sink_topic = producer = None
-    if cfg.sink_kafka:
-        conf = dict(cfg.sink_kafka)
-        sink_topic = conf.pop("topic")
-        producer = _producer(conf)
+    sink_topic, producer = sink_producer(cfg)
+    if producer is not None:
         _sink_errors.clear()
 
     n_ok = n_attempts = 0
@@ -177,10 +190,12 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
         if out["kind"]:
             yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
     if producer is not None:
-        remaining = producer.flush(60)
+        remaining = producer.flush(SINK_WAIT_S)
         if remaining or _sink_errors:
-            raise RuntimeError(f"sink topic {sink_topic}: {remaining} outputs unsent, "
-                               f"errors: {_sink_errors[:3]}")
+            producer.purge()  # what is left belongs to this failed batch, replayed as a whole
+            producer.flush(5)
+            raise RuntimeError(f"sink topic {sink_topic}: {len(_sink_errors)} outputs refused, "
+                               f"{remaining} unsent after {SINK_WAIT_S:g}s; errors: {_sink_errors[:3]}")
     summary = {name: [None] for name in RESULT_FIELDS}
     summary.update(kind=["summary"], n_ok=[n_ok], n_attempts=[n_attempts])
     yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())

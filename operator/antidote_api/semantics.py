@@ -160,6 +160,11 @@ class EffectiveSettings(ApiModel):
     queue_disable: QueueDisable
     payload: Payload
     reader: Reader
+    resume_token: str | None = Field(
+        None, description="Set by the operator when it re-enables a disabled queue (the time of "
+                          "that resume). A consumer whose ledger says its queue is disabled starts "
+                          "only with a token it has not honored before: a restart alone (a "
+                          "kubelet restarting the container) keeps the queue disabled.")
 
 
 def _sink(spec: QueueConsumerSpec) -> EffectiveSink | None:

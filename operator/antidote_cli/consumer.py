@@ -19,6 +19,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
     p.add_argument("--master", default=None, help="Spark master (default local[2], or the settings')")
     p.add_argument("--trigger-interval", type=float, default=1.0, help="seconds between batches")
+    p.add_argument("--resume", action="store_true",
+                   help="re-enable a queue this consumer disabled in an earlier run (a restart "
+                        "alone keeps it disabled; the operator resumes through the settings)")
     p.set_defaults(run=run)
 
 
@@ -40,11 +43,16 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as err:
         print(f"antidote consumer: {err}", file=sys.stderr)
         return 2
+    if args.resume:
+        import time
+
+        settings = settings.model_copy(update={"resume_token": f"cli-{time.time_ns()}"})
     if settings.paused:
         print(f"antidote consumer: {settings.consumer} is paused (spec.paused); nothing to do",
               file=sys.stderr)
         return 0
 
+    from antidote_consumer.kafka_auth import KafkaAuthError
     from antidote_consumer.metrics import Metrics
     from antidote_consumer.runner import Consumer, install_signal_handlers, spark_session
 
@@ -52,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
     spark = spark_session(settings, args.master)
     spark.sparkContext.setLogLevel("WARN")
     try:
-        consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval)
+        try:
+            consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval)
+        except KafkaAuthError as err:  # exit 2: restarted with back-off, a fixed Secret is read
+            print(f"antidote consumer: {err}", file=sys.stderr)
+            return 2
         install_signal_handlers(consumer)
         serve = None if args.metrics_port is None else (lambda: metrics.start(args.metrics_port))
         code = consumer.run(until_idle=args.until_idle, recovered=serve)

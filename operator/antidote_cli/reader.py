@@ -94,9 +94,11 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    from antidote_consumer.kafka_auth import KafkaAuthError
+
     try:
         report = run_reader(settings, options(args), stop=stop)
-    except ReaderError as err:
+    except (ReaderError, KafkaAuthError) as err:
         print(f"antidote {name}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     return finish(report, args)

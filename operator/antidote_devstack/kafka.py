@@ -27,16 +27,36 @@ logger.state.level = WARN
 """
 
 
-def server_properties(log_dir: Path, port: int, controller_port: int) -> str:
+# The SASL_PLAINTEXT listener's one user (mechanism PLAIN), for tests of Kafka credentials.
+# PLAINTEXT stays the listener everything else uses.
+SASL_USER = "antidote"
+SASL_PASSWORD = "antidote-secret"
+
+
+def server_properties(log_dir: Path, port: int, controller_port: int,
+                      sasl_port: int | None = None) -> str:
+    listeners = [f"PLAINTEXT://127.0.0.1:{port}"]
+    sasl = []
+    if sasl_port is not None:
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}")
+        sasl = [
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN",
+            # The broker side of PLAIN: one user_<name>="<password>" per user.
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{SASL_USER}="{SASL_PASSWORD}";',
+        ]
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners={','.join(listeners)}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+        "CONTROLLER:PLAINTEXT",
+        *sasl,
         f"log.dirs={log_dir}",
         "num.partitions=1",
         # Topics are created on purpose (Antidote creates its derived topics itself).
@@ -61,12 +81,13 @@ def _java() -> str:
     return java
 
 
-def prepare(state_dir: Path, jars: Path, port: int, controller_port: int) -> tuple[Path, list[str]]:
+def prepare(state_dir: Path, jars: Path, port: int, controller_port: int,
+            sasl_port: int | None = None) -> tuple[Path, list[str]]:
     """Write the config and return (properties file, base java command)."""
     kdir = state_dir / "kafka"
     kdir.mkdir(parents=True, exist_ok=True)
     props = kdir / "server.properties"
-    props.write_text(server_properties(kdir / "data", port, controller_port))
+    props.write_text(server_properties(kdir / "data", port, controller_port, sasl_port))
     log4j = kdir / "log4j2.properties"
     log4j.write_text(LOG4J2)
     base = [_java(), *JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{jars}/*"]

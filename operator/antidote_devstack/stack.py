@@ -31,6 +31,9 @@ class Stack:
     spark_jars: list[str] = field(default_factory=list)
     bin_dir: str = ""
     kube_version: str = build.KUBE_VERSION
+    # The same broker's SASL_PLAINTEXT listener (PLAIN, user kafka.SASL_USER); "" in the
+    # state of a stack started before it existed.
+    kafka_sasl_bootstrap: str = ""
 
     @property
     def server(self) -> str:
@@ -41,6 +44,7 @@ class Stack:
         return {
             "KUBECONFIG": self.kubeconfig,
             "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap,
+            "KAFKA_SASL_BOOTSTRAP_SERVERS": self.kafka_sasl_bootstrap,
             "ANTIDOTE_SPARK_JARS": ",".join(self.spark_jars),
             "ANTIDOTE_STACK_DIR": self.dir,
             "PATH": path,
@@ -103,12 +107,12 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
     bin_dir = state_dir / "bin"
     _link_tools(bin_dir, artefacts)
 
-    etcd_port, etcd_peer, api_port, kafka_port, ctl_port = (free_port() for _ in range(5))
+    etcd_port, etcd_peer, api_port, kafka_port, ctl_port, sasl_port = (free_port() for _ in range(6))
     try:
         say(f"starting etcd on 127.0.0.1:{etcd_port}")
         controlplane.start_etcd(sup, artefacts["etcd"], state_dir / "etcd", etcd_port, etcd_peer)
         # Format Kafka's storage while etcd and the API server come up (it is a JVM start).
-        props, java = kafka.prepare(state_dir, artefacts["kafka-jars"], kafka_port, ctl_port)
+        props, java = kafka.prepare(state_dir, artefacts["kafka-jars"], kafka_port, ctl_port, sasl_port)
         fmt = kafka.format_storage(java, props, sup.log("kafka-format"))
         sup.wait_for("etcd", "start etcd", lambda: controlplane.etcd_healthy(etcd_port), 30)
 
@@ -118,7 +122,7 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
         if fmt.wait(timeout=120) != 0:
             raise StackError("format kafka storage", "StorageTool failed; see "
                              f"{sup.log('kafka-format')}:\n{sup.tail('kafka-format')}")
-        say(f"starting kafka broker on 127.0.0.1:{kafka_port}")
+        say(f"starting kafka broker on 127.0.0.1:{kafka_port} (SASL_PLAINTEXT on {sasl_port})")
         kafka.start(sup, java, props)
 
         sup.wait_for("kube-apiserver", "start kube-apiserver",
@@ -133,6 +137,7 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
 
     stack = Stack(dir=str(state_dir), kubeconfig=str(kubeconfig), apiserver_port=api_port,
                   etcd_port=etcd_port, kafka_bootstrap=bootstrap,
+                  kafka_sasl_bootstrap=f"127.0.0.1:{sasl_port}",
                   spark_jars=sorted(str(p) for p in artefacts["spark-jars"].glob("*.jar")),
                   bin_dir=str(bin_dir))
     _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))

@@ -12,7 +12,10 @@ What it does to the container's command, and nothing else:
 - `--settings <mounted file>` points at a copy of the ConfigMap's settings;
 - `--metrics-port` gets a free loopback port; `--master` becomes a local master;
 - env: the operator's own, plus the container's literal `value`s except SPARK_CONF_DIR
-  (the cluster-mode spark-defaults.conf does not apply to a local master).
+  (the cluster-mode spark-defaults.conf does not apply to a local master);
+- Secret volumes (the Kafka credentials of `secretRef`): read through the API and written to
+  a private directory (0700, files 0600) that ANTIDOTE_SECRETS_DIR points at, removed when
+  the process ends.
 
 It reports back on the Deployment, as a kubelet and the Deployment controller would:
 `status.availableReplicas` (once /metrics answers, like the readiness probe), and
@@ -31,6 +34,7 @@ in the pod's termination message.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ctypes
 import ipaddress
 import json
@@ -64,6 +68,8 @@ DEV_RUNNER_LOG = "antidote.dev/dev-runner-log"
 # operator's back). Other exits restart with the kubelet's back-off.
 FINAL_EXITS = frozenset({0, 3, 4, 5})
 BACKOFF = (10, 20, 40, 80, 160, 300)
+SECRET = kube.Kind("/api/v1", "secrets")
+SECRETS_DIR_ENV = "ANTIDOTE_SECRETS_DIR"  # antidote_consumer.kafka_auth reads Secrets there
 
 
 class DevRunnerRefused(RuntimeError):
@@ -144,6 +150,36 @@ def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port:
     return out, env
 
 
+async def materialize_secrets(k: kube.Kube, namespace: str, pod_spec: Mapping[str, Any],
+                              container: Mapping[str, Any], parent: Path) -> str:
+    """The kubelet's part for the container's Secret volumes mounted under SECRETS_DIR: each
+    Secret, read through the API, written to a new private directory under `parent`, at its
+    mount path relative to SECRETS_DIR. Returns that directory (for ANTIDOTE_SECRETS_DIR)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="secrets-", dir=parent))  # mode 0700
+    mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or []}
+    prefix = builders.SECRETS_DIR + "/"
+    try:
+        for volume in pod_spec.get("volumes") or []:
+            name = (volume.get("secret") or {}).get("secretName")
+            path = mounts.get(volume.get("name"), "")
+            if not name or not path.startswith(prefix):
+                continue
+            secret = await k.get(SECRET, namespace, name)
+            if secret is None:
+                raise RuntimeError(f"Secret {namespace}/{name} (mounted at {path}) not found")
+            target = root / path[len(prefix):]
+            target.mkdir(mode=0o700, parents=True)
+            for key, value in (secret.get("data") or {}).items():
+                fd = os.open(target / key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(base64.b64decode(value))
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return str(root)
+
+
 class _Runner:
     """One Deployment's local driver: a loop that converges the process on the replicas."""
 
@@ -219,15 +255,20 @@ class _Runner:
         port = free_port()
         argv, extra_env = translate(container, settings_path=str(settings), metrics_port=port,
                                     master=self.owner.master)
+        secrets = await materialize_secrets(k, self.ns, spec, container, self.dir)
         env = {**os.environ, **extra_env, "POD_NAME": f"{self.name}-dev-runner",
-               "ANTIDOTE_DEV_RUNNER": "1"}
+               "ANTIDOTE_DEV_RUNNER": "1", SECRETS_DIR_ENV: secrets}
         logfile = self.dir / "consumer.log"
         with logfile.open("ab") as out:
             out.write(f"--- {_now()} dev runner: {' '.join(argv)}\n".encode())
             out.flush()
-            self.proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                env=env, preexec_fn=_die_with_parent)
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                    stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+            except BaseException:
+                shutil.rmtree(secrets, ignore_errors=True)
+                raise
         self.generation_started, self.last_exit = self.generation, None
         url = f"http://127.0.0.1:{port}/metrics"
         log.warning("DEV RUNNER: started %s/%s as local process %d (metrics %s, log %s)",
@@ -237,7 +278,7 @@ class _Runner:
                            DEV_RUNNER_LOG: str(logfile), DEV_RUNNER_EXIT: None}, available=0)
         proc = self.proc
         asyncio.create_task(self.ready_when_serving(proc, url))
-        asyncio.create_task(self.reap(proc))
+        asyncio.create_task(self.reap(proc, secrets))
 
     async def ready_when_serving(self, proc: asyncio.subprocess.Process, url: str) -> None:
         """availableReplicas = 1 once /metrics answers (the Deployment's readiness probe)."""
@@ -252,8 +293,9 @@ class _Runner:
                     pass
                 await asyncio.sleep(0.5)
 
-    async def reap(self, proc: asyncio.subprocess.Process) -> None:
+    async def reap(self, proc: asyncio.subprocess.Process, secrets: str) -> None:
         code = await proc.wait()
+        shutil.rmtree(secrets, ignore_errors=True)  # as the kubelet unmounts a pod's Secrets
         if code < 0:
             code = 128 - code  # killed by a signal: reported as the kubelet does
         self.last_exit = {"exitCode": code, "finishedAt": _now(), "generation": self.generation_started}
@@ -376,6 +418,7 @@ class _JobRunner:
         self.proc: asyncio.subprocess.Process | None = None
         self.deleted = False
         self.dir = owner.base / self.ns / "jobs" / self.name
+        self.secrets: str | None = None
         self.task = asyncio.create_task(self.run(), name=f"dev runner job {self.ns}/{self.name}")
 
     async def run(self) -> None:
@@ -397,6 +440,9 @@ class _JobRunner:
                 await self.finish(None, "DevRunnerError", str(err)[:500])
             except Exception:  # noqa: BLE001
                 pass
+        finally:
+            if self.secrets is not None:
+                shutil.rmtree(self.secrets, ignore_errors=True)
 
     async def execute(self) -> None:
         k = self.owner.kube
@@ -412,7 +458,8 @@ class _JobRunner:
         report = self.dir / "report.json"
         report.unlink(missing_ok=True)
         argv, extra_env = translate_job(container, settings_path=str(settings), report_path=str(report))
-        env = {**os.environ, **extra_env, "ANTIDOTE_DEV_RUNNER": "1"}
+        self.secrets = await materialize_secrets(k, self.ns, spec, container, self.dir)
+        env = {**os.environ, **extra_env, "ANTIDOTE_DEV_RUNNER": "1", SECRETS_DIR_ENV: self.secrets}
         logfile = self.dir / "reader.log"
         with logfile.open("ab") as out:
             out.write(f"--- {_now()} dev runner: {' '.join(argv)}\n".encode())

@@ -326,6 +326,12 @@ def decide(i: Inputs) -> Decision:  # noqa: C901 - one readable pass over the co
                 update={"max_messages_per_batch": min(settings.source.max_messages_per_batch,
                                                       auto.probe_messages)})})
 
+    if settings is not None and resumed_at is not None:
+        # The consumer's ledger remembers that its queue is disabled; this token (the
+        # resume's time, stable across reconciles) is what lets the next driver start.
+        settings = settings.model_copy(update={
+            "resume_token": resumed_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+
     # 4. Replicas: one driver, unless paused or disabled.
     if paused or disabled:
         replicas: int | None = 0

@@ -23,6 +23,13 @@ def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1):
     return consumer.run(until_idle=True), metrics
 
 
+def resumed(s: EffectiveSettings) -> EffectiveSettings:
+    """`s` as the operator renders it after a resume: a restart alone keeps a queue disabled."""
+    import uuid
+
+    return s.model_copy(update={"resume_token": f"test-{uuid.uuid4().hex}"})
+
+
 def metric(m, name: str, **labels) -> float:
     return m.registry.get_sample_value(name, {**m.ids, **labels}) or 0.0
 

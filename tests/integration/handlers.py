@@ -49,3 +49,31 @@ def downstream_down(msg):
 def slow_upper(msg):
     time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
     return upper(msg)
+
+
+def flaky_upper(msg):
+    """Like `upper` (b"poison" always fails), and a value with b"flaky-<n>" fails its first
+    n deliveries (`attempt` counts across retry cycles), then succeeds."""
+    _record(msg)
+    value = msg.value or b""
+    if b"poison" in value:
+        raise ValueError(f"cannot process offset {msg.offset}")
+    if b"flaky-" in value and msg.attempt <= int(value.split(b"flaky-")[1][:1]):
+        raise ConnectionError(f"offset {msg.offset} failed on attempt {msg.attempt}")
+    return value.upper()
+
+
+def crash_on_redelivery(msg):
+    """`flaky_upper`, except that b"crash" fails its first delivery with an exception and
+    kills its Python process (a native crash) when re-delivered from a retry topic. Every
+    call also appends "offset attempt pid ppid" to <topic>.procs: which process ran it."""
+    folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
+    if folder:
+        with open(os.path.join(folder, f"{msg.topic}.procs"), "a") as f:
+            f.write(f"{msg.offset} {msg.attempt} {os.getpid()} {os.getppid()}\n")
+    if msg.value == b"crash":
+        _record(msg)
+        if msg.attempt == 1:
+            raise ValueError(f"offset {msg.offset} failed on its first delivery")
+        os._exit(1)
+    return flaky_upper(msg)

@@ -23,8 +23,11 @@ def test_fault_stops_at_the_poison_message_and_leaves_it_unconsumed(
     # Nothing at or after the poison message was processed; nothing was quarantined.
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [b"M%d" % i for i in range(5)]
     assert read_all(kafka_bootstrap, s.topics.poison) == []
-    # It stays unconsumed: a restart stops at the same message again.
-    code, m = cu.run(spark, s)
+    # Where it stopped, for the operator's status and on-call (never the payload).
+    assert cu.metric(m, "antidote_last_poison_timestamp_seconds", reason="max-attempts",
+                     error_class="ValueError", topic=source, partition="0", offset="5") > 0
+    # It stays unconsumed: a resumed consumer stops at the same message again.
+    code, m = cu.run(spark, cu.resumed(s))
     assert code == ExitCode.FAULT
     assert cu.metric(m, "antidote_messages_total", outcome="processed") == 0
 
@@ -44,9 +47,15 @@ def test_systemic_failure_quarantines_nothing_and_leaves_the_batch_unconsumed(
     assert cu.metric(m, "antidote_queue_disabled", reason="SystemicFailure") == 1
     for topic in (down.topics.poison, down.topics.dlq, *down.topics.retry, sink):
         assert read_all(kafka_bootstrap, topic) == [], topic
-    # Once the downstream service is back, every message is still there to process.
+    # A restart alone (a kubelet restarting the container) leaves the queue disabled and the
+    # batch unconsumed, even with the downstream service back.
     up = cu.settings(kafka_bootstrap, source, tmp_path, handler="upper", sink=sink, policy=policy)
     code, m = cu.run(spark, up)
+    assert code == ExitCode.SYSTEMIC_FAILURE
+    assert cu.metric(m, "antidote_queue_disabled", reason="SystemicFailure") == 1
+    assert read_all(kafka_bootstrap, sink) == []
+    # Resumed, every message is still there to process.
+    code, m = cu.run(spark, cu.resumed(up))
     assert code == ExitCode.OK
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == sorted(
         b"M%d" % i for i in range(150))
@@ -106,7 +115,7 @@ def test_a_driver_that_dies_in_every_batch_disables_the_queue_on_restart(
     produce(kafka_bootstrap, source, [(None, b"late", None)])
     # What two driver crashes inside batch 7 leave in the ledger: started > committed, and
     # one failure already counted by the first restart.
-    ledger = Ledger(kafka_bootstrap, ledger_topic(source, s.consumer), "antidote-test-crashloop")
+    ledger = Ledger(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer), "antidote-test-crashloop")
     state = ledger.load()
     state.started_batch, state.consecutive_failures = state.committed_batch + 1, 1
     ledger.commit(state, keys=("batch",))
@@ -143,7 +152,7 @@ def test_skip_moves_the_fault_message_to_poison_and_a_restart_goes_past_it(
     assert hdrs["trace"] == b"t5" and hdrs[h.ORIGINAL_OFFSET] == b"5" and h.SKIPPED_AT in hdrs
     assert hdrs[h.ATTEMPTS] == b"2" and hdrs[h.ERROR_CLASS] == b"ValueError"
 
-    code, m = cu.run(spark, s)  # the resume: past the skipped message, everything else
+    code, m = cu.run(spark, cu.resumed(s))  # the resume: past the skipped message, everything else
     assert code == ExitCode.OK
     assert {r.value for r in read_all(kafka_bootstrap, sink)} == {b"M%d" % i for i in range(10) if i != 5}
     assert len(read_all(kafka_bootstrap, s.topics.poison)) == 1

@@ -55,7 +55,7 @@ def test_move_retries_through_cycles_then_quarantines_with_exact_attempts(
         assert hdrs["antidote.original.topic"] == source
         assert hdrs["antidote.original.timestamp"] == str(orig.timestamp)
         assert hdrs["antidote.disposition"] == "Move"
-        assert hdrs["antidote.consumer"] == "c" and hdrs["antidote.policy"] == "p"
+        assert hdrs["antidote.consumer"] == "tests/c" and hdrs["antidote.policy"] == "p"
         assert int(hdrs["antidote.failure.first"]) < int(hdrs["antidote.failure.last"])
     assert cu.metric(m, "antidote_messages_total", outcome="processed") == 90
     assert cu.metric(m, "antidote_messages_total", outcome="moved") == 10
@@ -124,6 +124,44 @@ def test_drop_counts_and_writes_nothing(spark, kafka_bootstrap, topic_factory, t
     assert cu.metric(m, "antidote_messages_total", outcome="processed") == 6
     assert read_all(kafka_bootstrap, s.topics.poison) == []
     assert read_all(kafka_bootstrap, s.topics.dlq) == []
+
+
+def test_two_consumers_of_one_source_share_its_retry_topics_and_read_only_their_own(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    import time
+
+    from antidote_consumer import headers as h
+
+    source = topic_factory()
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"poison-%d" % i if i % 5 == 0 else b"m%d" % i, None)
+                                      for i in range(40)])
+    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"}}
+    a = cu.settings(kafka_bootstrap, source, tmp_path, sink=topic_factory("-a"), name="a", policy=policy)
+    b = cu.settings(kafka_bootstrap, source, tmp_path, sink=topic_factory("-b"), name="b", policy=policy)
+    assert a.topics.retry == b.topics.retry and a.topics.poison == b.topics.poison
+    code, m = cu.run(spark, a)
+    assert code == ExitCode.OK
+    # A third consumer's retry record, due in an hour, ahead of every record b will write:
+    # passed over, neither attempted nor waited for.
+    hdrs = h.failure_headers(origin=h.Origin(source, 0, 999, 0), attempts=1, cycle=1,
+                             first_failure=0, last_failure=0, reason=None, error_class="E",
+                             error_message="x", stack=None, consumer="elsewhere/c", policy="p",
+                             due=int(time.time() * 1000) + 3_600_000)
+    produce(kafka_bootstrap, a.topics.retry[0], [(b"other", b"poison-other", hdrs)])
+    started = time.monotonic()
+    code, mb = cu.run(spark, b)  # reads retry-1 past a's records and the third one's
+    assert code == ExitCode.OK and time.monotonic() - started < 120
+    for m in (m, mb):
+        assert cu.metric(m, "antidote_messages_total", outcome="processed") == 32
+        assert cu.metric(m, "antidote_messages_total", outcome="moved") == 8
+        assert cu.metric(m, "antidote_retry_scheduled_total", cycle="1") == 8
+    poison = read_all(kafka_bootstrap, a.topics.poison)
+    by_consumer = {}
+    for r in poison:
+        who = dict(r.headers)["antidote.consumer"].decode()
+        by_consumer.setdefault(who, set()).add(dict(r.headers)["antidote.original.offset"])
+    assert {k: len(v) for k, v in by_consumer.items()} == {"tests/a": 8, "tests/b": 8}
+    assert len(read_all(kafka_bootstrap, a.topics.retry[0])) == 17  # 8 + 8 + the other's
 
 
 def test_bad_input_never_crashes_the_consumer(spark, kafka_bootstrap, topic_factory, tmp_path) -> None:

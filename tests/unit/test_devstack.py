@@ -102,6 +102,16 @@ def test_kafka_properties_single_node_kraft(tmp_path: Path) -> None:
     assert props["auto.create.topics.enable"] == "false"
 
 
+def test_kafka_sasl_listener_beside_plaintext(tmp_path: Path) -> None:
+    props = dict(line.split("=", 1) for line in
+                 kafka.server_properties(tmp_path, 9092, 9093, sasl_port=9094).splitlines() if line)
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094"
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"
+    assert props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] == "PLAIN"
+    assert (f'user_{kafka.SASL_USER}="{kafka.SASL_PASSWORD}";'
+            in props["listener.name.sasl_plaintext.plain.sasl.jaas.config"])
+
+
 def test_go_cache_key_follows_go_sum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mod = tmp_path / "etcd"
     mod.mkdir()

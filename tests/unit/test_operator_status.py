@@ -129,6 +129,11 @@ def test_resume_by_annotation_ignores_evidence_from_before_it() -> None:
     fresh = decide(inputs(status=on.status, now=later + timedelta(seconds=20),
                           termination=Termination(3, later + timedelta(seconds=15), "pod")))
     assert fresh.disabled == "ConsecutiveBatchFailures" and reasons(fresh) == ["QueueDisabled"]
+    # The consumer's ledger says "disabled" until a driver starts with a token it has not
+    # honored: the resume's time, the same in every later reconcile (no needless restart).
+    assert off.settings.resume_token is None
+    assert on.settings.resume_token == stale.settings.resume_token == "2025-03-01T12:05:00Z"
+    assert fresh.settings.resume_token == "2025-03-01T12:05:00Z"
 
 
 def test_resume_annotation_without_a_disabled_queue_is_just_removed() -> None:
