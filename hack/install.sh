@@ -14,7 +14,9 @@ if [ ! -f "$stamp" ]; then
   echo "==> install: creating .venv and installing antidote (first run downloads pyspark, ~300 MB)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q --progress-bar off -e '.[dev]'
+  # No bytecode compiled up front for every file installed (pyspark alone is ~300 MB): a
+  # fresh install takes 39 s instead of 74 s; Python compiles what it imports, once.
+  .venv/bin/python -m pip install -q --no-compile --progress-bar off -e '.[dev]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
