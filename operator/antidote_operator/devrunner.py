@@ -270,6 +270,7 @@ class _Runner:
                 shutil.rmtree(secrets, ignore_errors=True)
                 raise
         self.generation_started, self.last_exit = self.generation, None
+        self.started_at = _now()
         url = f"http://127.0.0.1:{port}/metrics"
         log.warning("DEV RUNNER: started %s/%s as local process %d (metrics %s, log %s)",
                     self.ns, self.name, self.proc.pid, url, logfile)
@@ -298,7 +299,8 @@ class _Runner:
         shutil.rmtree(secrets, ignore_errors=True)  # as the kubelet unmounts a pod's Secrets
         if code < 0:
             code = 128 - code  # killed by a signal: reported as the kubelet does
-        self.last_exit = {"exitCode": code, "finishedAt": _now(), "generation": self.generation_started}
+        self.last_exit = {"exitCode": code, "startedAt": self.started_at, "finishedAt": _now(),
+                          "generation": self.generation_started}
         if code in FINAL_EXITS:
             self.failures, self.not_before = 0, 0.0
         else:

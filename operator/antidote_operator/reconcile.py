@@ -352,7 +352,8 @@ def dev_runner_termination(annotations: Mapping[str, str]) -> Termination | None
     try:
         doc = json.loads(raw)
         at = parse_time(doc.get("finishedAt"))
-        return Termination(int(doc["exitCode"]), at, "dev-runner") if at else None
+        return Termination(int(doc["exitCode"]), at, "dev-runner",
+                           parse_time(doc.get("startedAt"))) if at else None
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -367,7 +368,7 @@ def pod_termination(pod: Mapping[str, Any]) -> Termination | None:
             term = (cs.get(where) or {}).get("terminated")
             at = parse_time((term or {}).get("finishedAt"))
             if term and at and "exitCode" in term and (best is None or at > best.finished_at):
-                best = Termination(int(term["exitCode"]), at, "pod")
+                best = Termination(int(term["exitCode"]), at, "pod", parse_time(term.get("startedAt")))
     return best
 
 

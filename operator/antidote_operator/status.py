@@ -72,6 +72,16 @@ class Termination:
     exit_code: int
     finished_at: datetime
     source: str  # "pod" or "dev-runner"
+    started_at: datetime | None = None  # when that process started
+
+    def after(self, resumed_at: datetime | None) -> bool:
+        """Evidence about the run since `resumed_at`: a driver that started before the resume
+        belongs to the disabled run, however late it exits (its stop can outlast a quick resume)."""
+        if resumed_at is None:
+            return True
+        if self.started_at is not None and self.started_at < resumed_at.replace(microsecond=0):
+            return False
+        return _fresh(self.finished_at, resumed_at)
 
     @property
     def reason(self) -> str | None:
@@ -282,7 +292,7 @@ def decide(i: Inputs) -> Decision:  # noqa: C901 - one readable pass over the co
         s, t = i.sample, i.termination
         if s is not None and s.disabled in DISABLE_REASONS and _fresh(s.at, resumed_at):
             evidence = (s.disabled, "the consumer's metrics report it (antidote_queue_disabled)")
-        elif t is not None and t.reason is not None and _fresh(t.finished_at, resumed_at):
+        elif t is not None and t.reason is not None and t.after(resumed_at):
             where = "its pod" if t.source == "pod" else "the dev runner's process"
             evidence = (t.reason, f"the consumer exited with code {t.exit_code} ({where})")
         if evidence is not None:

@@ -136,6 +136,19 @@ def test_resume_by_annotation_ignores_evidence_from_before_it() -> None:
     assert fresh.settings.resume_token == "2025-03-01T12:05:00Z"
 
 
+def test_a_driver_started_before_the_resume_exiting_late_is_old_news() -> None:
+    off = decide(inputs(sample=disabled_sample()))
+    later = T0 + timedelta(minutes=5)
+    on = decide(inputs(status=off.status, annotations={"antidote.dev/resume": "x"}, now=later))
+    # The disabled run's driver took 1.5 s to stop, longer than the resume took.
+    stale = Termination(4, later + timedelta(seconds=1.5), "dev-runner", started_at=T0 - timedelta(minutes=1))
+    d = decide(inputs(status=on.status, now=later + timedelta(seconds=2), termination=stale))
+    assert d.disabled is None and d.replicas == 1 and d.events == []
+    new = Termination(4, later + timedelta(seconds=30), "dev-runner", started_at=later + timedelta(seconds=2))
+    d = decide(inputs(status=on.status, now=later + timedelta(seconds=31), termination=new))
+    assert d.disabled == "SystemicFailure" and reasons(d) == ["QueueDisabled"]
+
+
 def test_resume_annotation_without_a_disabled_queue_is_just_removed() -> None:
     d = decide(inputs(annotations={"antidote.dev/resume": "now"}))
     assert d.consume_resume and not d.resumed and d.events == []
