@@ -110,7 +110,7 @@ class Consumer:
         for key, value in arrow_batching(max_message_bytes(admin, t.source),
                                          settings.spark.conf).items():
             spark.conf.set(key, value)
-        self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions)
+        self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf)
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry), conf,
                                  owner=consumer_id(settings.namespace, settings.consumer)) if t.retry else None
         # Topic depths (poison, dlq, retry) are exported with or without retry cycles: the

@@ -81,7 +81,7 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
 
 class Runtime:
     def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
-                 partitions: int, retry_sleep: float = 1.0):
+                 partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None):
         self.s = settings
         self.spark = spark
         self.metrics = metrics
@@ -103,7 +103,7 @@ class Runtime:
         self.ledger = Ledger(settings.source.bootstrap_servers,
                              ledger_topic(settings.source.topic, settings.namespace, settings.consumer),
                              transactional_id=transactional_id(settings.namespace, settings.consumer),
-                             client_conf=kafka_auth.source_config(settings))
+                             client_conf=client_conf)
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:
@@ -383,7 +383,7 @@ class Runtime:
         self.ledger.commit(state, records)
         retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
         if retried:
-            due = min(d for d in dues)
+            due = min(dues)
             self.scheduled_due = due if self.scheduled_due is None else min(self.scheduled_due, due)
             if self.on_scheduled is not None:
                 self.on_scheduled()

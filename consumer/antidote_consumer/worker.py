@@ -80,11 +80,18 @@ def _delivery_failed(err, _msg) -> None:
     _sink_errors.append(str(err))
 
 
-def _producer(conf: dict):
+def sink_producer(cfg: WorkerConfig):
+    """(topic, producer) of a Kafka sink, or (None, None): one producer per process and sink,
+    so the Secret's files are read once, not on every task."""
+    if not cfg.sink_kafka:
+        return None, None
+    conf = dict(cfg.sink_kafka)
+    topic = conf.pop("topic")
     key = ("producer", tuple(sorted(conf.items())))
     if key not in _cache:
         from confluent_kafka import Producer
 
+        conf = {**kafka_auth.from_dir(conf.pop("secret_dir", None)), **conf}
         # Delivery reports for failures only, through one producer-level callback: a Python
         # callback per delivered message would cost more than the handler itself.
         _cache[key] = Producer({**conf, "enable.idempotence": True, "linger.ms": 20,
@@ -95,7 +102,7 @@ def _producer(conf: dict):
                                 "message.timeout.ms": int(SINK_WAIT_S * 1000) - 5000,
                                 "delivery.report.only.error": True,
                                 "on_delivery": _delivery_failed})
-    return _cache[key]
+    return topic, _cache[key]
 
 
 def _produce(producer, topic: str, key, value, headers) -> None:
@@ -106,15 +113,6 @@ def _produce(producer, topic: str, key, value, headers) -> None:
             return
         except BufferError:
             continue
-
-
-def sink_producer(cfg: WorkerConfig):
-    """(topic, producer) of a Kafka sink, or (None, None); one producer per process."""
-    if not cfg.sink_kafka:
-        return None, None
-    conf = dict(cfg.sink_kafka)
-    topic = conf.pop("topic")
-    return topic, _producer({**kafka_auth.from_dir(conf.pop("secret_dir", None)), **conf})
 
 
 def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
