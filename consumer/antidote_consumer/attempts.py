@@ -60,17 +60,23 @@ def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:
     return any(c.__qualname__ in names or class_name(c) in names for c in type(err).__mro__)
 
 
-def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int) -> Outcome:
-    """Run one pass of `message` (in retry cycle `cycle`, 0 for the first delivery)."""
+def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
+             failed: Exception | None = None) -> Outcome:
+    """Run one pass of `message` (in retry cycle `cycle`, 0 for the first delivery).
+
+    `failed`: the error of a first attempt the caller already made (the worker's hot loop
+    calls the handler itself and comes here only when that call fails)."""
     check = plan.check
-    if check is not None:
+    if check is not None and failed is None:
         problem = check(message.value)
         if problem is not None:
             return Outcome(Verdict.FINAL, 0, reason=Reason.VALIDATION,
                            error_class="antidote.ValidationError", error_message=problem)
-    last: Exception | None = None
-    calls = 0
-    for _ in range(plan.immediate + 1):
+    last: Exception | None = failed
+    calls = 0 if failed is None else 1
+    if failed is not None and is_non_retryable(failed, plan.non_retryable):
+        return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, failed)
+    while calls < plan.immediate + 1:
         calls += 1
         try:
             return Outcome(Verdict.OK, calls, output=encode_output(handler(message)))

@@ -1,0 +1,120 @@
+"""The executor's hot loop (`worker.process`) on an Arrow batch, without Spark or Kafka.
+
+The loop makes each message's first attempt itself and hands over to `run_pass` only on a
+validation refusal or a failure; these tests pin that the verdicts, attempt counts and
+outputs are exactly what `run_pass` alone gives.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pyarrow as pa
+import pytest
+
+from antidote_consumer import headers as h
+from antidote_consumer.attempts import Plan, run_pass
+from antidote_consumer.message import Message
+from antidote_consumer.worker import INPUT_COLUMNS, INPUT_FIELDS, WorkerConfig, arrow_schema, process
+
+calls: collections.Counter = collections.Counter()
+
+
+class Fatal(Exception):
+    pass
+
+
+def handler(msg: Message):
+    """Behaves by the message's value: ok, flaky (fails once), bad, fatal, int, none, dict."""
+    kind = msg.value.decode().split(":")[0]
+    calls[msg.value] += 1
+    if kind == "flaky" and calls[msg.value] == 1:
+        raise ConnectionError("once")
+    if kind == "bad":
+        raise ValueError("always")
+    if kind == "fatal":
+        raise Fatal("no point retrying")
+    if kind == "int":
+        return 42  # not an output type: a failure of the message
+    if kind == "none":
+        return None  # nothing to write, still a success
+    if kind == "dict":
+        return {"v": msg.value.decode(), "headers": [k for k, _ in msg.headers]}
+    return msg.value.upper()
+
+
+def batch(values: list[bytes], topic: str = "src", headers: list | None = None) -> pa.RecordBatch:
+    n = len(values)
+    cols = {"key": [b"k%d" % i for i in range(n)], "value": values, "topic": [topic] * n,
+            "partition": [0] * n, "offset": list(range(100, 100 + n)), "ts": [1_700_000_000_000] * n,
+            "headers": headers or [None] * n}
+    return pa.RecordBatch.from_pydict(cols, schema=arrow_schema(INPUT_FIELDS))
+
+
+def run(values: list[bytes], *, validation: dict | None = None, immediate: int = 2,
+        topic: str = "src", headers: list | None = None) -> tuple[dict, list[dict]]:
+    calls.clear()
+    cfg = WorkerConfig(handler=f"{__name__}:handler", source_topic="src", immediate=immediate,
+                       cycles=1, non_retryable=frozenset({"Fatal"}), validation=validation,
+                       sink_kafka=None, emit_outputs=True)
+    rows = [r for b in process(cfg, iter([batch(values, topic, headers)])) for r in b.to_pylist()]
+    summary = next(r for r in rows if r["kind"] == "summary")
+    return summary, [r for r in rows if r["kind"] != "summary"]
+
+
+def test_each_message_gets_the_verdict_and_attempts_run_pass_gives() -> None:
+    values = [b"ok:1", b"flaky:2", b"bad:3", b"fatal:4", b"int:5", b"none:6", b"dict:7"]
+    summary, rows = run(values)
+    by_value = {r["value"]: r for r in rows}
+    plan = Plan(2, 1, frozenset({"Fatal"}))
+    for i, v in enumerate(values):
+        calls.clear()
+        expected = run_pass(Message(b"k%d" % i, v, (), "src", 0, 100 + i, 0), handler, plan, 0)
+        row = by_value.get(v)
+        if expected.verdict.value == "ok":
+            if expected.output is None:
+                assert row is None, v  # a success with nothing to write
+                continue
+            assert (row["kind"], row["output"], row["attempts"]) == ("ok", expected.output,
+                                                                   expected.attempts), v
+        else:
+            assert (row["kind"], row["reason"], row["error_class"], row["attempts"]) == (
+                expected.verdict.value, expected.reason.value if expected.reason else None,
+                expected.error_class, expected.attempts), v
+    # ok, flaky (2 calls), none and dict succeed; bad 3 calls, fatal 1, int 3.
+    assert (summary["n_ok"], summary["n_attempts"]) == (4, 1 + 2 + 3 + 1 + 3 + 1 + 1)
+    assert by_value[b"flaky:2"]["output"] == b"FLAKY:2"
+    assert json.loads(by_value[b"dict:7"]["output"]) == {"v": "dict:7", "headers": []}
+    assert by_value[b"int:5"]["error_message"].startswith("handler returned int")
+    # The stack is the last attempt's alone, not chained to the earlier attempts' errors.
+    stack = by_value[b"bad:3"]["stack"]
+    assert stack.count("Traceback") == 1 and "During handling" not in stack
+
+
+def test_validation_refuses_without_a_handler_call() -> None:
+    summary, rows = run([b"ok:1", b"\xff\xfe"], validation={"format": "utf8"})
+    [row] = rows[1:]
+    assert (row["kind"], row["reason"], row["attempts"]) == ("final", "validation", 0)
+    assert calls[b"\xff\xfe"] == 0
+    assert (summary["n_ok"], summary["n_attempts"]) == (1, 1)
+
+
+@pytest.mark.parametrize("immediate", [0, 3])
+def test_immediate_retries_count_the_inline_first_attempt(immediate: int) -> None:
+    summary, [row] = run([b"bad:1"], immediate=immediate)
+    assert row["attempts"] == calls[b"bad:1"] == immediate + 1
+    assert summary["n_attempts"] == immediate + 1
+
+
+def test_a_retry_record_counts_attempts_from_its_headers_and_shows_user_headers() -> None:
+    origin = h.Origin("src", 3, 7, 1_600_000_000_000)
+    hdrs = [("trace", b"t1")] + h.failure_headers(
+        origin=origin, attempts=3, first_failure=1, last_failure=2, error_class="ValueError",
+        error_message="x", stack=None, consumer="ns/c", policy="p", cycle=1, reason=None, due=0)
+    arrow_hdrs = [[{"key": k, "value": v} for k, v in hdrs]] * 2
+    summary, rows = run([b"bad:1", b"dict:2"], topic="src-retry-1", headers=arrow_hdrs)
+    bad, ok = rows
+    assert (bad["kind"], bad["attempts"], bad["otopic"], bad["ooffset"]) == ("final", 6, "src", 7)
+    assert json.loads(ok["output"])["headers"] == ["trace"]  # no antidote.* header shown
+    assert ok["attempts"] == 4  # three before, and this one
