@@ -114,10 +114,12 @@ class Consumer:
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry), conf,
                                  owner=consumer_id(settings.namespace, settings.consumer)) if t.retry else None
         # Topic depths (poison, dlq, retry) are exported with or without retry cycles: the
-        # operator's poisonDepth trigger reads them.
-        self.offsets = self.retry.consumer if self.retry else KafkaConsumer({
+        # operator's poisonDepth trigger reads them. Read uncommitted, so they count up to the
+        # high watermark: a read_committed end offset is the last stable offset, which lags a
+        # committed transaction until the broker has written its markers.
+        self.offsets = self.retry.uncommitted if self.retry else KafkaConsumer({
             **conf, "bootstrap.servers": settings.source.bootstrap_servers, "group.id": "antidote-depths",
-            "enable.auto.commit": False})
+            "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
         self.query = None
         self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
         self.wake = threading.Event()  # the pump's sleep ends early: new retries, or a stop
