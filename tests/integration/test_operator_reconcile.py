@@ -273,7 +273,11 @@ def test_restarting_the_operator_makes_no_duplicates_and_no_event_storm(
             assert all(len(names) == 1 for names in k.children(n).values()), k.children(n)
             assert k.deployment(n).metadata.resource_version == rvs[n]  # not even re-written
         assert {n: k.event_reasons(n) for n in ("r1", "r2", "r3")} == events
-        assert events["r1"] == ["Paused"] and events["r2"] == ["PolicyNotFound"] and events["r3"] == []
+        # Events are posted after the status that records them is stored (so a restart never
+        # posts them twice): one whose status the killed operator stored just before the
+        # SIGKILL is lost, never duplicated.
+        assert events["r1"] in ([], ["Paused"]) and events["r2"] in ([], ["PolicyNotFound"])
+        assert events["r3"] == []
         assert {n: k.qc(n)["metadata"]["resourceVersion"] for n in ("r1", "r2", "r3")} == status_rv
 
 
