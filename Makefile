@@ -14,11 +14,11 @@ dev-up: install
 dev-down:
 	.venv/bin/antidote dev down
 
-# Builds (or finds cached) binaries and jars, then runs unit and integration tests; the
-# integration tests start the real stack once for the session.
+# Builds (or finds cached) binaries and jars, then runs unit and integration tests on 2
+# pytest-xdist workers; each worker starts its own real stack once, for its session.
 test: install
 	.venv/bin/antidote dev build
-	@.venv/bin/python -m pytest; rc=$$?; \
+	@.venv/bin/python -m pytest -n 2; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
 	  exit $$rc
 

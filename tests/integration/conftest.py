@@ -3,7 +3,8 @@
 A stack already started with `antidote dev up` (named by $ANTIDOTE_STACK_DIR, as
 `eval "$(antidote dev env)"` sets it) is reused and left running; otherwise the session
 starts its own in ~/.cache/antidote/test-stack, stopping first whatever a crashed earlier
-session left there (pid files).
+session left there (pid files). Under pytest-xdist every worker is a session with a stack
+of its own (test-stack-gw0, -gw1, ...): tests never share a broker or an API server.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def stack() -> Iterator[devstack.Stack]:
     if reuse and (running := devstack.running(Path(reuse))):
         yield running
         return
-    state_dir = cache_dir() / "test-stack"
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    state_dir = cache_dir() / ("test-stack" + (f"-{worker}" if worker else ""))
     s = devstack.up(state_dir)
     try:
         yield s
