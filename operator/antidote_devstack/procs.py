@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,10 +28,32 @@ def _start_time(pid: int) -> str | None:
     return fields[19]
 
 
+def _ephemeral_low(default: int = 32768) -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
 def free_port() -> int:
+    """A loopback port free now, below the kernel's ephemeral range. A port from bind(0)
+    comes from that range: until the server we start binds it, any outgoing connection
+    (two test stacks start side by side) may get it, and Kafka then fails with "Address
+    already in use"."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    if low > 12000:
+        for _ in range(200):
+            port = rng.randrange(10000, low)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -42,7 +42,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -53,6 +52,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
+
+from antidote_devstack.procs import free_port
 
 from . import builders, kube
 from .reader_jobs import DEV_RUNNER_REPORT
@@ -93,11 +94,6 @@ async def check_allowed(k: kube.Kube) -> None:
         raise DevRunnerRefused("the cluster has Nodes, so a kubelet would run consumer "
                                "Deployments too; the dev runner is for a stack without one")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:

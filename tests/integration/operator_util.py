@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from antidote_devstack.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ANTIDOTE = str(Path(sys.executable).with_name("antidote"))
@@ -38,11 +39,6 @@ def install_crds(api_client: client.ApiClient) -> None:
              is not None and objs.list_namespaced_custom_object(GROUP, VERSION, "default", "poisonpolicies")
              is not None, "CRDs to be served", errors=(ApiException,))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(fn: Callable[[], T], what: str, timeout: float = 60.0, interval: float = 0.2,
