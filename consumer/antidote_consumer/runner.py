@@ -302,8 +302,8 @@ class Consumer:
             n, next_due = self.pump_once()
             if n == 0 and next_due is None:
                 break
-            if n == 0:
-                time.sleep(max(0.05, next_due / 1000 - time.time()))
+            if n == 0:  # until the next due time, or a SIGTERM
+                self.runtime.stopping.wait(max(0.05, next_due / 1000 - time.time()))
         self.update_depths()
 
     def _raise_disabled(self) -> None:

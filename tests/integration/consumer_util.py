@@ -12,15 +12,28 @@ from antidote_api.semantics import EffectiveSettings, resolve
 from .kafka_io import read_all
 
 
-def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1):
-    """Run a consumer in this process until idle; (exit code, its Metrics)."""
+def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float = 300):
+    """Run a consumer in this process until idle; (exit code, its Metrics). A consumer not
+    idle after `deadline` seconds is stopped (as by SIGTERM) and the test fails, instead of
+    hanging until pytest's timeout."""
+    import threading
+
     from antidote_consumer.metrics import Metrics
     from antidote_consumer.runner import Consumer
 
     metrics = Metrics(s.namespace, s.consumer)
     consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
     consumer.runtime.retry_sleep = retry_sleep
-    return consumer.run(until_idle=True), metrics
+    fired: list[bool] = []
+    timer = threading.Timer(deadline, lambda: (fired.append(True), consumer.request_stop()))
+    timer.daemon = True
+    timer.start()
+    try:
+        code = consumer.run(until_idle=True)
+    finally:
+        timer.cancel()
+    assert not fired, f"consumer {s.consumer} was not idle after {deadline:g}s; stopped it"
+    return code, metrics
 
 
 def resumed(s: EffectiveSettings) -> EffectiveSettings:
