@@ -12,7 +12,7 @@ INTEGRATION = Path(__file__).parent / "integration"
 # Modules whose tests run Spark drivers, operators or the demo as processes, slowest first
 # (30-130 s a test in CI on 2 cores). Collected first, they start first on the xdist
 # workers and the short tests fill in at the end; in the default order they came last, and
-# one worker ran the final few minutes alone.
+# one worker ran the final few minutes alone. (The Makefile's worksteal does the rest.)
 SLOW_FIRST = ["test_skip_cli.py", "test_demo.py", "test_consumer_process.py", "test_reader_jobs.py",
               "test_operator_queue_disable.py", "test_oncall_cli.py", "test_consumer_credentials.py",
               "test_consumer_edges.py", "test_consumer_failures.py"]

@@ -218,8 +218,13 @@ def test_a_crash_in_the_local_worker_on_a_retry_batch_is_isolated_by_spark(
         return int(ppid) == os.getpid()
 
     crash = [(int(a), int(pid), local(ppid)) for o, a, pid, ppid in procs if o == "4"]
-    assert [(a, is_local) for a, _, is_local in crash] == [
-        (1, False), (2, True), (2, False), (2, True), (2, False), (2, False), (2, False)]
+    seen = [(a, is_local) for a, _, is_local in crash]
+    # First delivery in Spark; per rollback the local worker, then the Spark job; then the
+    # bisection's Spark runs that held 4: two, or one when a bisection job died of Spark's
+    # CancelledKeyException (a stale Python worker socket after the crashes) before it ran
+    # 4, as seen once in CI under load.
+    assert seen[:5] == [(1, False), (2, True), (2, False), (2, True), (2, False)]
+    assert seen[5:] in ([(2, False)] * 2, [(2, False)]), seen
     died = {pid for a, pid, is_local in crash if is_local}
     assert len(died) == 2  # a fresh local worker after each death
     # The local worker is usable again: the later retry-2 batch (15's third attempt) ran
