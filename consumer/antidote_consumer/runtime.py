@@ -256,12 +256,19 @@ class Runtime:
                 .orderBy("topic", "partition", "offset").collect()]
         log.warning("isolating the failure in a batch of %d messages by bisection", len(keys))
 
-        def run(segment):
+        def run(segment, again: bool = True):
             try:
                 return self.execute(df.filter(_segment_filter(segment)))
             except Exception as seg_err:  # noqa: BLE001
                 if self.stopping.is_set() or not is_job_failure(seg_err):
                     raise
+                if again and STALE_WORKER in str(seg_err):
+                    # Spark reused a Python worker's socket that a crash in the previous run
+                    # left behind: the job died before running this segment, which says
+                    # nothing about its messages (seen in CI: an innocent one quarantined).
+                    log.info("segment of %d failed on a stale Python worker (%s): running it again",
+                             len(segment), STALE_WORKER)
+                    return run(segment, again=False)
                 log.info("segment of %d failed: %s", len(segment), _first_line(seg_err))
                 return None
 
@@ -429,6 +436,10 @@ class Runtime:
             log.exception("could not record the disabled queue in the ledger")
         self.metrics.set_disabled(err.reason)
         log.error("queue disabled (%s): %s", err.reason, err.message)
+
+
+# A task that died on this did not run its messages (see _isolate).
+STALE_WORKER = "java.nio.channels.CancelledKeyException"
 
 
 def _frame(df):
