@@ -294,6 +294,10 @@ def test_two_replicas_with_peering_one_acts(k: Cluster, kubeconfig: str, kafka_b
         wait_for(lambda: operator_metric(high.metrics_port, "antidote_operator_watched_consumers") is not None,
                  "the first replica", errors=(OSError,))
         with operator(kubeconfig, k.ns, tmp_path / "low", "--peering", "antidote", "--priority", "10") as low:
+            # Under CI load the second process can take seconds to import and serve metrics;
+            # the consumer is created only once both replicas are up and peering.
+            wait_for(lambda: operator_metric(low.metrics_port, "antidote_operator_watched_consumers") is not None,
+                     "the second replica", errors=(OSError,))
             time.sleep(3)
             k.create(consumer("ha", "p", kafka_bootstrap, "ha"))
             wait_for(lambda: all(k.children("ha").values()), "children")
