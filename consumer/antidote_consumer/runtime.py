@@ -79,6 +79,13 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         fault_stops=s.disposition == "Fault")
 
 
+# A task that died on this did not run its messages (see _isolate).
+STALE_WORKER = "java.nio.channels.CancelledKeyException"
+# How long a failed job's killed tasks may take to end (Spark's task reaper would step in
+# only after spark.task.reaper.killTimeout, off by default).
+QUIET_TIMEOUT = 30.0
+
+
 class Runtime:
     def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
                  partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None):
@@ -158,6 +165,14 @@ class Runtime:
             except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
                 log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
                             _first_line(err))
+        try:
+            return self._collect(self._run_job(df))
+        except Exception as err:
+            if is_job_failure(err):
+                self._await_quiet_executors()
+            raise
+
+    def _run_job(self, df) -> list:
         mapped = _frame(df).mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
         sink = self.s.sink
         if sink is not None and sink.path is not None:
@@ -167,9 +182,27 @@ class Runtime:
                 self._write_path_outputs(mapped)
             finally:
                 mapped.unpersist()
-        else:
-            rows = mapped.collect()
-        return self._collect(rows)
+            return rows
+        return mapped.collect()
+
+    def _await_quiet_executors(self, timeout: float = QUIET_TIMEOUT) -> None:
+        """A failed job returns before Spark has killed its other tasks. The next job (a
+        rollback, a bisection segment) can then be handed the Python worker being killed and
+        die of CancelledKeyException without running its messages, so wait for those tasks
+        to end first. Batches are serialized (`lock`), so no other job of ours is running."""
+        start = time.monotonic()
+        try:
+            tracker = self.spark.sparkContext._jsc.sc().statusTracker()
+            while time.monotonic() < start + timeout and not self.stopping.is_set():
+                running = sum(e.numRunningTasks() for e in tracker.getExecutorInfos())
+                if running == 0:
+                    if time.monotonic() > start + 0.1:
+                        log.info("waited %.1fs for the failed job's tasks to end", time.monotonic() - start)
+                    return
+                time.sleep(0.1)
+            log.info("tasks of the failed job still running after %gs; going on", timeout)
+        except Exception as err:  # noqa: BLE001 - best effort: a dead JVM fails the next job anyway
+            log.info("could not read the executors' running tasks: %s", _first_line(err))
 
     @staticmethod
     def _collect(rows) -> BatchResult:
@@ -436,10 +469,6 @@ class Runtime:
             log.exception("could not record the disabled queue in the ledger")
         self.metrics.set_disabled(err.reason)
         log.error("queue disabled (%s): %s", err.reason, err.message)
-
-
-# A task that died on this did not run its messages (see _isolate).
-STALE_WORKER = "java.nio.channels.CancelledKeyException"
 
 
 def _frame(df):

@@ -77,3 +77,14 @@ def crash_on_redelivery(msg):
             raise ValueError(f"offset {msg.offset} failed on its first delivery")
         os._exit(1)
     return flaky_upper(msg)
+
+
+def crash_or_linger(msg):
+    """Kills its Python worker on b"crash"; takes ANTIDOTE_TEST_DELAY seconds (default 5)
+    on b"linger", so another task of the same job is still running when the job fails."""
+    _record(msg)
+    if msg.value == b"crash":
+        os._exit(1)
+    if msg.value == b"linger":
+        time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "5")))
+    return msg.value

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from antidote_consumer.ledger import load_state
-from antidote_consumer.runtime import ExitCode
+from antidote_consumer.runtime import ExitCode, Runtime
 from antidote_consumer.topics import ledger_topic
 
 from . import consumer_util as cu
@@ -233,3 +233,27 @@ def test_a_crash_in_the_local_worker_on_a_retry_batch_is_isolated_by_spark(
     assert last[1] and last[0] not in died
     fell_back = [r for r in caplog.records if "retry batch in the local worker failed" in r.getMessage()]
     assert len(fell_back) == 2
+
+
+def test_after_a_failed_job_the_next_one_starts_only_when_its_tasks_have_ended(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    from antidote_consumer.metrics import Metrics
+    from antidote_consumer.worker import INPUT_SCHEMA
+
+    # Spark returns a job's failure before it has killed the job's other tasks. A job started
+    # then can be handed the Python worker being killed and die (CancelledKeyException)
+    # without running its messages: bisection would blame an innocent one, as CI saw.
+    source = topic_factory(partitions=2)
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="crash_or_linger")
+    rows = [(b"k0", b"crash", source, 0, 0, 0, []), (b"k1", b"linger", source, 1, 0, 0, [])]
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 2), INPUT_SCHEMA)
+    runtime = Runtime(s, spark, Metrics(s.namespace, s.consumer), partitions=2)
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    try:
+        with pytest.raises(Exception, match="Python worker exited unexpectedly"):
+            runtime.execute(df)
+        # The lingering task (5 s) has ended before execute() gives the failure back.
+        assert sum(e.numRunningTasks() for e in tracker.getExecutorInfos()) == 0
+    finally:
+        if runtime.local is not None:
+            runtime.local.close()
