@@ -11,16 +11,28 @@ updated atomically with Kafka writes, and a checkpoint on local disk dies with i
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from .kafka_retry import retrying
+
+log = logging.getLogger("antidote.consumer")
 
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
+COMMIT_TIMEOUT_S = 60.0
+# What librdkafka and the broker say to a producer whose transactional id a newer one took.
+FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+class LedgerFenced(RuntimeError):
+    """A newer instance with this consumer's transactional id owns the ledger: this one is a
+    zombie (a driver that lost its pod, a second replica) and must stop without writing."""
 
 
 @dataclass
@@ -106,16 +118,22 @@ class Ledger:
                  client_conf: dict[str, str] | None = None):
         self.topic = topic
         self.bootstrap = bootstrap
+        self.transactional_id = transactional_id
         self.conf = dict(client_conf or {})
         self.state = LedgerState()
-        self._producer = Producer({
-            **self.conf, "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+        self.fenced: LedgerFenced | None = None
+        self._producer: Producer | None = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        p = Producer({
+            **self.conf, "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
             "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
             # Quarantine keeps records whole, however large the source let them be.
             "message.max.bytes": MAX_RECORD_BYTES})
         # Fences any older instance with the same id (a zombie driver) and aborts its open
         # transaction, so what it wrote half-way is never read.
-        self._producer.init_transactions(60)
+        p.init_transactions(60)
+        return p
 
     def load(self) -> LedgerState:
         self.state = load_state(self.bootstrap, self.topic, self.conf)
@@ -124,27 +142,66 @@ class Ledger:
     def commit(self, state: LedgerState, records: Iterable[Record] = (),
                keys: Iterable[str] = (BATCH, COUNTS, POSITIONS, SKIPS)) -> None:
         """Produce `records` and `state`'s entries named by `keys` in one transaction; the
-        in-memory state becomes `state` only once Kafka has committed it."""
+        in-memory state becomes `state` only once Kafka has committed it. Raises
+        LedgerFenced, for good, once a newer instance has taken the transactional id."""
+        if self.fenced is not None:
+            raise self.fenced
+        if self._producer is None:
+            self._producer = self._new_producer()
         p = self._producer
-        p.begin_transaction()
         try:
-            for topic, partition, key, value, headers in records:
-                # Spark hands binary columns over as bytearray; the client wants bytes.
-                key, value = _bytes(key), _bytes(value)
-                headers = [(k, _bytes(v)) for k, v in headers or ()]
-                if partition is None:
-                    p.produce(topic, key=key, value=value, headers=headers or None)
-                else:
-                    p.produce(topic, key=key, value=value, headers=headers or None, partition=partition)
-                p.poll(0)
-            entries = state.entries()
-            for k in keys:
-                p.produce(self.topic, key=k.encode(), value=json.dumps(entries[k]).encode())
-            p.commit_transaction(60)
-        except BaseException:
-            p.abort_transaction(30)
+            p.begin_transaction()
+            try:
+                for topic, partition, key, value, headers in records:
+                    # Spark hands binary columns over as bytearray; the client wants bytes.
+                    key, value = _bytes(key), _bytes(value)
+                    headers = [(k, _bytes(v)) for k, v in headers or ()]
+                    if partition is None:
+                        p.produce(topic, key=key, value=value, headers=headers or None)
+                    else:
+                        p.produce(topic, key=key, value=value, headers=headers or None, partition=partition)
+                    p.poll(0)
+                entries = state.entries()
+                for k in keys:
+                    p.produce(self.topic, key=k.encode(), value=json.dumps(entries[k]).encode())
+                self._commit_transaction(p)
+            except BaseException as err:
+                self._abort(p, err)
+                raise
+        except KafkaException as err:
+            if err.args[0].code() in FENCED:
+                self.fenced = LedgerFenced(
+                    f"the ledger {self.topic} was taken over by a newer instance of this consumer "
+                    f"(transactional id {self.transactional_id!r}): this one stops without writing "
+                    f"({err.args[0].str()})")
+                raise self.fenced from err
             raise
         self.state = state
+
+    @staticmethod
+    def _commit_transaction(p: Producer) -> None:
+        # A retriable error (a timeout) leaves the commit in flight: librdkafka wants the same
+        # call again, and refuses any other transactional call until it ends.
+        deadline = time.monotonic() + COMMIT_TIMEOUT_S
+        while True:
+            try:
+                p.commit_transaction(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as err:
+                if not err.args[0].retriable() or time.monotonic() >= deadline:
+                    raise
+
+    def _abort(self, p: Producer, err: BaseException) -> None:
+        if isinstance(err, KafkaException) and err.args[0].fatal():
+            self._producer = None  # unusable; a fenced one is never replaced
+            return
+        try:
+            p.abort_transaction(30)
+        except KafkaException as abort_err:
+            # An abort must not hide why the transaction failed. The producer may be stuck
+            # (a commit still in flight): a new one's init_transactions aborts what is open.
+            log.warning("could not abort the ledger transaction (%s) after: %s", abort_err, err)
+            self._producer = None
 
 
 def _bytes(x):

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from antidote_api.semantics import EffectiveSettings
 
 from . import kafka_auth
+from .ledger import LedgerFenced
 from .metrics import Metrics
 from .retry_reader import RetryReader
 from .runtime import ExitCode, QueueDisabled, Runtime
@@ -184,7 +185,7 @@ class Consumer:
                 n, next_due = self.pump_once()
                 if time.monotonic() - self.depths_at >= DEPTHS_EVERY_S:
                     self.update_depths()
-            except QueueDisabled:
+            except (QueueDisabled, LedgerFenced):
                 self._stop_query()
                 return
             except Exception:  # noqa: BLE001 - keep pumping; the source query decides health
@@ -278,6 +279,9 @@ class Consumer:
         except QueueDisabled as err:
             return err.exit_code
         except Exception:
+            if self.runtime.ledger.fenced is not None:
+                log.error("%s", self.runtime.ledger.fenced)
+                return ExitCode.FENCED
             if self.runtime.disabled:
                 return self.runtime.disabled.exit_code
             if self.runtime.stopping.is_set():
@@ -294,6 +298,9 @@ class Consumer:
                 self.retry.close()
             else:
                 self.offsets.close()
+        if self.runtime.ledger.fenced is not None:
+            log.error("%s", self.runtime.ledger.fenced)
+            return ExitCode.FENCED
         return self.runtime.disabled.exit_code if self.runtime.disabled else ExitCode.OK
 
     def _drain_retries(self) -> None:

@@ -37,6 +37,7 @@ class ExitCode(IntEnum):
     CONSECUTIVE_BATCH_FAILURES = 3
     SYSTEMIC_FAILURE = 4
     FAULT = 5
+    FENCED = 6  # a newer instance of this consumer took over its ledger
 
 
 class QueueDisabled(Exception):

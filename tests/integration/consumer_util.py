@@ -12,10 +12,10 @@ from antidote_api.semantics import EffectiveSettings, resolve
 from .kafka_io import read_all
 
 
-def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float = 300):
+def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float = 300, recovered=None):
     """Run a consumer in this process until idle; (exit code, its Metrics). A consumer not
     idle after `deadline` seconds is stopped (as by SIGTERM) and the test fails, instead of
-    hanging until pytest's timeout."""
+    hanging until pytest's timeout. `recovered(consumer)` runs once its ledger is loaded."""
     import threading
 
     from antidote_consumer.metrics import Metrics
@@ -29,7 +29,8 @@ def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float =
     timer.daemon = True
     timer.start()
     try:
-        code = consumer.run(until_idle=True)
+        code = consumer.run(until_idle=True,
+                            recovered=None if recovered is None else lambda: recovered(consumer))
     finally:
         timer.cancel()
     assert not fired, f"consumer {s.consumer} was not idle after {deadline:g}s; stopped it"

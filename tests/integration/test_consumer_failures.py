@@ -159,3 +159,65 @@ def test_skip_moves_the_fault_message_to_poison_and_a_restart_goes_past_it(
     assert cu.metric(m, "antidote_messages_total", outcome="moved") == 1
     with pytest.raises(SkipError, match="not stopped at a poison message"):
         skip_fault(s)
+
+
+def test_a_fenced_ledger_says_so_and_never_writes_again(kafka_bootstrap, topic_factory) -> None:
+    import copy
+
+    import pytest
+
+    from antidote_consumer.ledger import Ledger, LedgerFenced, load_state
+
+    ledger_topic, poison = topic_factory("-ledger", config={"cleanup.policy": "compact"}), topic_factory("-poison")
+    tid = f"antidote-test-{ledger_topic}"
+    old = Ledger(kafka_bootstrap, ledger_topic, tid)
+    first = copy.deepcopy(old.load())
+    first.committed_batch = 1
+    old.commit(first, keys=("batch",))
+
+    newer = Ledger(kafka_bootstrap, ledger_topic, tid)  # a second driver of the same consumer
+    second = copy.deepcopy(first)
+    second.committed_batch = 2
+    # Before, the zombie's failed abort hid why: "Conflicting commit_transaction API call is
+    # already in progress", and every later batch failed the same way.
+    with pytest.raises(LedgerFenced, match=f"newer instance.*{tid}"):
+        old.commit(second, [(poison, None, b"k", b"v", [])], keys=("batch",))
+    assert old.state.committed_batch == 1
+    with pytest.raises(LedgerFenced):
+        old.commit(second, keys=("batch",))
+
+    assert read_all(kafka_bootstrap, poison) == []
+    assert load_state(kafka_bootstrap, ledger_topic).committed_batch == 1
+    newer.load()
+    newer.commit(second, keys=("batch",))
+    assert load_state(kafka_bootstrap, ledger_topic).committed_batch == 2
+
+
+def test_a_consumer_fenced_by_a_newer_instance_exits_6_and_loses_nothing(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    from antidote_consumer.ledger import Ledger, load_state, transactional_id
+
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(None, b"m%d" % i if i != 3 else b"poison", None) for i in range(6)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink,
+                    policy={"retries": {"immediate": 0, "cycles": 0}})
+    newer: list = []
+
+    def take_over(consumer) -> None:  # right after the first driver has loaded its ledger
+        newer.append(Ledger(kafka_bootstrap, consumer.runtime.ledger.topic,
+                            transactional_id(s.namespace, s.consumer)))
+
+    code, m = cu.run(spark, s, recovered=take_over, deadline=120)
+
+    assert code == ExitCode.FENCED
+    # The zombie committed nothing: no quarantine record, no batch, no counts.
+    assert read_all(kafka_bootstrap, s.topics.poison) == []
+    state = load_state(kafka_bootstrap, newer[0].topic)
+    assert (state.committed_batch, state.counts["processed"], state.counts["moved"]) == (-1, 0, 0)
+    assert cu.metric(m, "antidote_poison_messages_total", reason="max-attempts", disposition="Move") == 0
+
+    code, m = cu.run(spark, s)  # the newer instance's run: everything, once
+
+    assert code == ExitCode.OK
+    assert set(cu.quarantined(kafka_bootstrap, s.topics.poison)) == {(0, 3)}
+    assert load_state(kafka_bootstrap, newer[0].topic).counts["processed"] == 5
