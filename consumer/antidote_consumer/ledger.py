@@ -135,6 +135,12 @@ class Ledger:
         p.init_transactions(60)
         return p
 
+    def close(self) -> None:
+        """Let go of the producer (a later commit makes a new one). Left to the garbage
+        collector, an idle producer outlives its brokers and logs a refused connection a
+        second."""
+        self._producer = None
+
     def load(self) -> LedgerState:
         self.state = load_state(self.bootstrap, self.topic, self.conf)
         return self.state

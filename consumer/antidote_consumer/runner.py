@@ -298,6 +298,7 @@ class Consumer:
                 self.retry.close()
             else:
                 self.offsets.close()
+            self.runtime.ledger.close()
         if self.runtime.ledger.fenced is not None:
             log.error("%s", self.runtime.ledger.fenced)
             return ExitCode.FENCED
