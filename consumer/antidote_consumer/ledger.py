@@ -121,7 +121,9 @@ class Ledger:
         self.transactional_id = transactional_id
         self.conf = dict(client_conf or {})
         self.state = LedgerState()
-        self.fenced: LedgerFenced | None = None
+        # Why this instance was fenced. Kept as text: a kept exception would keep its
+        # traceback's frames, and with them the dead producer, alive.
+        self.fenced: str | None = None
         self._producer: Producer | None = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -151,7 +153,7 @@ class Ledger:
         in-memory state becomes `state` only once Kafka has committed it. Raises
         LedgerFenced, for good, once a newer instance has taken the transactional id."""
         if self.fenced is not None:
-            raise self.fenced
+            raise LedgerFenced(self.fenced)
         if self._producer is None:
             self._producer = self._new_producer()
         p = self._producer
@@ -176,13 +178,18 @@ class Ledger:
                 raise
         except KafkaException as err:
             if err.args[0].code() in FENCED:
-                self.fenced = LedgerFenced(
-                    f"the ledger {self.topic} was taken over by a newer instance of this consumer "
-                    f"(transactional id {self.transactional_id!r}): this one stops without writing "
-                    f"({err.args[0].str()})")
-                raise self.fenced from err
+                self._fence(err)
+            if self.fenced is not None:
+                raise LedgerFenced(self.fenced) from err
             raise
         self.state = state
+
+    def _fence(self, err: KafkaException) -> None:
+        self._producer = None
+        self.fenced = (
+            f"the ledger {self.topic} was taken over by a newer instance of this consumer "
+            f"(transactional id {self.transactional_id!r}): this one stops without writing "
+            f"({err.args[0].str()})")
 
     @staticmethod
     def _commit_transaction(p: Producer) -> None:
@@ -205,9 +212,12 @@ class Ledger:
             p.abort_transaction(30)
         except KafkaException as abort_err:
             # An abort must not hide why the transaction failed. The producer may be stuck
-            # (a commit still in flight): a new one's init_transactions aborts what is open.
+            # (a commit still in flight): a new one's init_transactions aborts what is open,
+            # unless the abort says we are fenced (a new one would fence the newer owner).
             log.warning("could not abort the ledger transaction (%s) after: %s", abort_err, err)
             self._producer = None
+            if abort_err.args[0].code() in FENCED:
+                self._fence(abort_err)
 
 
 def _bytes(x):

@@ -258,6 +258,7 @@ class Consumer:
         if recovered is not None:
             recovered()
         if self.runtime.disabled:
+            self._close_clients()
             return self.runtime.disabled.exit_code
         self.update_depths()
         # Retries fall due while the source is still being read: the pump runs beside the
@@ -292,17 +293,20 @@ class Consumer:
             if pump.is_alive():
                 pump.join(timeout=120)
             self._stop_query()
-            if self.runtime.local is not None:
-                self.runtime.local.close()
-            if self.retry:
-                self.retry.close()
-            else:
-                self.offsets.close()
-            self.runtime.ledger.close()
+            self._close_clients()
         if self.runtime.ledger.fenced is not None:
             log.error("%s", self.runtime.ledger.fenced)
             return ExitCode.FENCED
         return self.runtime.disabled.exit_code if self.runtime.disabled else ExitCode.OK
+
+    def _close_clients(self) -> None:
+        if self.runtime.local is not None:
+            self.runtime.local.close()
+        if self.retry:
+            self.retry.close()
+        else:
+            self.offsets.close()
+        self.runtime.ledger.close()
 
     def _drain_retries(self) -> None:
         """Until no retry record is left, waiting for each one's due time."""

@@ -154,6 +154,7 @@ def test_a_path_sink_holds_each_output_once_across_retries_and_a_replayed_batch(
     before.started_batch = 1
     ledger = Ledger(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer), "antidote-test-replay")
     ledger.commit(before)
+    ledger.close()
     code, _ = cu.run(spark, s)
     assert code == ExitCode.OK
     assert written() == expect(first) + expect(second)

@@ -119,6 +119,7 @@ def test_a_driver_that_dies_in_every_batch_disables_the_queue_on_restart(
     state = ledger.load()
     state.started_batch, state.consecutive_failures = state.committed_batch + 1, 1
     ledger.commit(state, keys=("batch",))
+    ledger.close()
 
     code, m = cu.run(spark, s)
     assert code == ExitCode.CONSECUTIVE_BATCH_FAILURES
@@ -190,6 +191,7 @@ def test_a_fenced_ledger_says_so_and_never_writes_again(kafka_bootstrap, topic_f
     assert load_state(kafka_bootstrap, ledger_topic).committed_batch == 1
     newer.load()
     newer.commit(second, keys=("batch",))
+    newer.close()
     assert load_state(kafka_bootstrap, ledger_topic).committed_batch == 2
 
 
@@ -208,6 +210,7 @@ def test_a_consumer_fenced_by_a_newer_instance_exits_6_and_loses_nothing(
                             transactional_id(s.namespace, s.consumer)))
 
     code, m = cu.run(spark, s, recovered=take_over, deadline=120)
+    newer[0].close()
 
     assert code == ExitCode.FENCED
     # The zombie committed nothing: no quarantine record, no batch, no counts.
