@@ -281,13 +281,13 @@ class Consumer:
             return err.exit_code
         except Exception:
             if self.runtime.ledger.fenced is not None:
-                log.error("%s", self.runtime.ledger.fenced)
-                return ExitCode.FENCED
-            if self.runtime.disabled:
+                pass  # reported below, once the clients are closed
+            elif self.runtime.disabled:
                 return self.runtime.disabled.exit_code
-            if self.runtime.stopping.is_set():
+            elif self.runtime.stopping.is_set():
                 return ExitCode.OK
-            raise
+            else:
+                raise
         finally:
             self._end_pump()
             if pump.is_alive():

@@ -193,10 +193,8 @@ class Runtime:
         to end first. Batches are serialized (`lock`), so no other job of ours is running."""
         start = time.monotonic()
         try:
-            tracker = self.spark.sparkContext._jsc.sc().statusTracker()
             while time.monotonic() < start + timeout and not self.stopping.is_set():
-                running = sum(e.numRunningTasks() for e in tracker.getExecutorInfos())
-                if running == 0:
+                if running_tasks(self.spark) == 0:
                     if time.monotonic() > start + 0.1:
                         log.info("waited %.1fs for the failed job's tasks to end", time.monotonic() - start)
                     return
@@ -470,6 +468,12 @@ class Runtime:
             log.exception("could not record the disabled queue in the ledger")
         self.metrics.set_disabled(err.reason)
         log.error("queue disabled (%s): %s", err.reason, err.message)
+
+
+def running_tasks(spark) -> int:
+    """Tasks the executors are running now, killed ones included until they end."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    return sum(e.numRunningTasks() for e in tracker.getExecutorInfos())
 
 
 def _frame(df):

@@ -95,7 +95,6 @@ async def check_allowed(k: kube.Kube) -> None:
                                "Deployments too; the dev runner is for a stack without one")
 
 
-
 def _die_with_parent() -> None:
     # A consumer outliving a killed operator would keep consuming unseen.
     try:

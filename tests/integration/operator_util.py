@@ -40,7 +40,6 @@ def install_crds(api_client: client.ApiClient) -> None:
              is not None, "CRDs to be served", errors=(ApiException,))
 
 
-
 def wait_for(fn: Callable[[], T], what: str, timeout: float = 60.0, interval: float = 0.2,
              errors: tuple[type[BaseException], ...] = ()) -> T:
     """Poll `fn` until it returns something truthy; fail naming `what` and the last value."""

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from antidote_consumer.ledger import load_state
-from antidote_consumer.runtime import ExitCode, Runtime
+from antidote_consumer.runtime import ExitCode, Runtime, running_tasks
 from antidote_consumer.topics import ledger_topic
 
 from . import consumer_util as cu
@@ -249,12 +249,11 @@ def test_after_a_failed_job_the_next_one_starts_only_when_its_tasks_have_ended(
     rows = [(b"k0", b"crash", source, 0, 0, 0, []), (b"k1", b"linger", source, 1, 0, 0, [])]
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 2), INPUT_SCHEMA)
     runtime = Runtime(s, spark, Metrics(s.namespace, s.consumer), partitions=2)
-    tracker = spark.sparkContext._jsc.sc().statusTracker()
     try:
         with pytest.raises(Exception, match="Python worker exited unexpectedly"):
             runtime.execute(df)
         # The lingering task (5 s) has ended before execute() gives the failure back.
-        assert sum(e.numRunningTasks() for e in tracker.getExecutorInfos()) == 0
+        assert running_tasks(spark) == 0
     finally:
         if runtime.local is not None:
             runtime.local.close()
