@@ -69,11 +69,11 @@ def _phase(core: client.CoreV1Api, ns: str, name: str, phases: set[str]) -> Call
 def _service_ip(core: client.CoreV1Api, ns: str, name: str) -> str:
     svc = core.create_namespaced_service(ns, {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-        "spec": {"ports": [{"port": 8080}], "selector": {"app": name}}})
+        "spec": {"ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": name}}})
     return svc.spec.cluster_ip
 
 
-def test_node_runs_restricted_pods_resolves_services_reaches_kafka_and_leaves_nothing() -> None:
+def test_node_runs_restricted_pods_serves_services_reaches_kafka_and_leaves_nothing() -> None:
     state_dir = cache_dir() / "test-node-stack"
     started = time.monotonic()
     s = devstack.up(state_dir, node=True)
@@ -107,26 +107,37 @@ def test_node_runs_restricted_pods_resolves_services_reaches_kafka_and_leaves_no
         core.create_namespaced_pod(ns, _pod("pause", _restricted_container("pause", pause), "Always"))
         _wait("pause pod Running", _phase(core, ns, "pause", {"Running"}), 120)
 
-        # 3. A Service name resolves in a pod through CoreDNS, and the pod speaks Kafka with
-        # the broker at KAFKA_BOOTSTRAP_SERVERS (the same address the host uses): an
-        # ApiVersions v0 request, answered with its correlation id (7) and no error.
+        # 3. A Service name resolves in a pod through CoreDNS and its ClusterIP leads, through
+        # kube-proxy's rules, to the pod behind it; and the pod speaks Kafka with the broker
+        # at KAFKA_BOOTSTRAP_SERVERS (the address the host uses too): an ApiVersions v0
+        # request, answered with its correlation id (7) and no error.
+        busybox = images.busybox_image()[0]
+        server = _pod("orders", _restricted_container("orders", busybox, [
+            "sh", "-c", "while true; do echo orders-here | nc -l -p 8080; done"]), "Always")
+        server["metadata"]["labels"] = {"app": "orders"}
+        core.create_namespaced_pod(ns, server)
         cluster_ip = _service_ip(core, ns, "orders")
+        _wait("orders pod Running", _phase(core, ns, "orders", {"Running"}), 120)
         kafka_host, kafka_port = s.kafka_bootstrap.rsplit(":", 1)
+        name = f"orders.{ns}.svc.cluster.local"
         script = (
-            f"nslookup orders.{ns}.svc.cluster.local && "
+            f"nslookup {name} || exit 1; "
+            # Until kube-proxy has written the Service's rules (a second or so), or 30 tries.
+            f"for i in $(seq 30); do timeout 2 nc {name} 80 </dev/null | grep orders-here "
+            "&& break; sleep 1; done; "
             "printf '\\000\\000\\000\\012\\000\\022\\000\\000\\000\\000\\000\\007\\377\\377' "
             f"| timeout 5 nc {kafka_host} {kafka_port} | od -An -tx1 -N10 | tr -s ' \\n' ' '; "
             "echo ' end'"
         )
-        busybox = images.busybox_image()[0]
         core.create_namespaced_pod(ns, _pod("probe", _restricted_container(
             "probe", busybox, ["sh", "-c", script])))
         phase = _wait("probe pod finished", _phase(core, ns, "probe", {"Succeeded", "Failed"}), 120)
         log = core.read_namespaced_pod_log("probe", ns)
         assert phase == "Succeeded", f"probe pod {phase}; log:\n{log}"
-        assert cluster_ip in log, f"orders.{ns}.svc.cluster.local did not resolve to {cluster_ip}:\n{log}"
+        assert cluster_ip in log, f"{name} did not resolve to {cluster_ip}:\n{log}"
+        assert "orders-here" in log, f"the Service {name} did not lead to its pod:\n{log}"
         # Response: 4 bytes of size, then correlation id 7, then error code 0.
-        words = log.split("end")[0].split()[-10:]
+        words = log.rsplit(" end", 1)[0].split()[-10:]
         assert words[4:10] == ["00", "00", "00", "07", "00", "00"], f"Kafka from a pod:\n{log}"
         api.close()
     finally:
