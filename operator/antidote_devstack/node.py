@@ -405,6 +405,8 @@ def stop(state_dir: Path) -> list[str]:
         _kill_containers(ctr, paths.socket)
     if sup.stop("containerd"):
         stopped.append("containerd")
+    if owned:
+        _kill_pods_cgroups()  # containers whose containerd died first (a crashed run)
     _kill_strays(paths.root)
     _unmount_under(paths.root)
     if owned:  # what the node put on the machine itself
@@ -486,6 +488,20 @@ def _remove_chains() -> None:
             subprocess.run([cmd, "-w", "-t", table, "-F", chain], capture_output=True)
         for table, chain in chains:
             subprocess.run([cmd, "-w", "-t", table, "-X", chain], capture_output=True)
+
+
+def _kill_pods_cgroups() -> None:
+    """SIGKILL every process in the kubelet's pod cgroups (kubepods, in every hierarchy)."""
+    for procs in Path("/sys/fs/cgroup").glob("*/kubepods/**/cgroup.procs"):
+        try:
+            pids = procs.read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
 
 
 def _remove_cgroups() -> None:
