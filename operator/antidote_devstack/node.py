@@ -390,11 +390,24 @@ def node_ready(host: str, api_port: int, pki: Pki) -> bool:
 
 # --- stop: leave nothing behind --------------------------------------------------------
 
+def _owned(state_dir: Path) -> bool:
+    return OWNER_FILE.exists() and OWNER_FILE.read_text().strip() == str(state_dir)
+
+
 def stop(state_dir: Path) -> list[str]:
-    """Stop the node's processes and remove what they put on the machine. Safe to run when
-    nothing runs (a crashed `dev up`, a second `dev down`)."""
+    """Stop the node's processes, then remove what they put on the machine."""
+    stopped = stop_processes(state_dir)
+    teardown(state_dir)
+    return stopped
+
+
+def stop_processes(state_dir: Path) -> list[str]:
+    """Stop the node's processes and containers and unmount what they mounted. Safe to run
+    when nothing runs (a crashed `dev up`, a second `dev down`). The bridge stays: the
+    API server and Kafka are bound to its address until they stop (teardown() after them;
+    an API server whose address vanished hangs in its shutdown, deleting its lease)."""
     paths = Paths(state_dir / "node")
-    owned = OWNER_FILE.exists() and OWNER_FILE.read_text().strip() == str(state_dir)
+    owned = _owned(state_dir)
     if not owned and not paths.root.exists():
         return []  # no node here: the machine's bridge and chains may be another stack's
     sup = Supervisor(state_dir)
@@ -409,7 +422,13 @@ def stop(state_dir: Path) -> list[str]:
         _kill_pods_cgroups()  # containers whose containerd died first (a crashed run)
     _kill_strays(paths.root)
     _unmount_under(paths.root)
-    if owned:  # what the node put on the machine itself
+    return stopped
+
+
+def teardown(state_dir: Path) -> None:
+    """Remove the node's chains, bridge, cgroups and state, and restore ip_forward."""
+    paths = Paths(state_dir / "node")
+    if _owned(state_dir):  # what the node put on the machine itself
         _remove_chains()
         _run(["ip", "link", "delete", BRIDGE], "delete bridge", check=False)
         saved = paths.root / "ip_forward.saved"
@@ -419,7 +438,6 @@ def stop(state_dir: Path) -> list[str]:
         OWNER_FILE.unlink()
     if paths.root.exists():
         _run(["rm", "-rf", "--one-file-system", str(paths.root)], "remove node state")
-    return stopped
 
 
 def _kill_containers(ctr: Path, socket: Path) -> None:

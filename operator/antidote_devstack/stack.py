@@ -113,7 +113,7 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
 
     started = time.monotonic()
     sup = Supervisor(state_dir)
-    stopped = nodes.stop(state_dir) + sup.stop_all()  # leftovers of a crashed run
+    stopped = _stop(state_dir)  # leftovers of a crashed run
     if stopped:
         say(f"stopped leftover processes: {', '.join(stopped)}")
     if node:
@@ -160,8 +160,7 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
         bootstrap = f"{host}:{kafka_port}"
         sup.wait_for("kafka", "start kafka", lambda: kafka.ready(bootstrap), 120)
     except BaseException:
-        nodes.stop(state_dir)
-        sup.stop_all()
+        _stop(state_dir)
         raise
 
     stack = Stack(dir=str(state_dir), kubeconfig=str(kubeconfig), apiserver_port=api_port,
@@ -177,9 +176,16 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
 
 def down(state_dir: Path | None = None) -> list[str]:
     state_dir = (state_dir or default_stack_dir()).resolve()
-    # The node first: its kubelet and controllers are clients of the API server.
-    stopped = nodes.stop(state_dir) + Supervisor(state_dir).stop_all()
+    stopped = _stop(state_dir)
     _state_file(state_dir).unlink(missing_ok=True)
+    return stopped
+
+
+def _stop(state_dir: Path) -> list[str]:
+    """The node's processes first (clients of the API server), then the stack's, then the
+    node's bridge, whose address the API server and Kafka are bound to until they stop."""
+    stopped = nodes.stop_processes(state_dir) + Supervisor(state_dir).stop_all()
+    nodes.teardown(state_dir)
     return stopped
 
 
