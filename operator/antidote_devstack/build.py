@@ -97,6 +97,8 @@ NODE_PACKAGES = {
     "/usr/bin/gcc": "gcc",  # compiles pause.c, statically (libc6-dev)
     "/usr/lib/x86_64-linux-gnu/libc.a": "libc6-dev",
     "/bin/busybox": "busybox-static",  # the test image (nslookup, nc in a pod)
+    "/usr/bin/mmdebstrap": "mmdebstrap",  # the Debian base image ...
+    "/usr/bin/buildah": "buildah",  # ... committed (and later built on) with buildah
 }
 
 

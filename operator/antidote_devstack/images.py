@@ -4,7 +4,8 @@ content-addressed in ~/.cache/antidote/images as OCI archives that `ctr images i
 The sandbox (pause) image: `build/pause/linux/pause.c` from the same `k8s.io/kubernetes`
 module as the kubelet, compiled statically with gcc and packed with umoci, tagged as
 upstream tags it (`TAG` in `build/pause/Makefile`). A busybox image (Debian's static
-busybox) for tests that run a command in a pod.
+busybox) for tests that run a command in a pod. A Debian base image (mmdebstrap, committed
+with buildah), the base the project's images build on.
 """
 
 from __future__ import annotations
@@ -89,6 +90,65 @@ def busybox_image() -> tuple[str, Path]:
                        ["--config.env", "PATH=/bin", "--config.cmd", "sh"], key=(binary,))
 
 
+DEBIAN_SUITE = "bookworm"
+DEBIAN_BASE = f"localhost/debian:{DEBIAN_SUITE}-slim"
+DEBIAN_INCLUDE = ("ca-certificates",)
+
+
+def buildah() -> list[str]:
+    """buildah with its storage in the cache (vfs: no overlay mounts to clean up), so the
+    images built here are cached like the binaries and later builds start FROM them."""
+    tool = _require("buildah", "build images", "apt-get install buildah")
+    return [tool, "--root", str(cache_dir() / "buildah"), "--runroot", "/run/antidote-buildah",
+            "--storage-driver", "vfs"]
+
+
+def debian_base_image() -> tuple[str, Path]:
+    """The Debian base image (`localhost/debian:bookworm-slim`, the role Docker Hub's
+    debian:bookworm-slim plays): `mmdebstrap --variant=minbase` committed with buildah into
+    its storage in the cache, and an OCI archive of it for containerd. Cached by the suite,
+    the packages asked for and the tools' versions: the suite's packages are those of the
+    day of the first build until one of these changes."""
+    if os.geteuid() != 0:
+        raise StackError("build debian image", "mmdebstrap and buildah need root here")
+    mmdebstrap = _require("mmdebstrap", "build debian image", "apt-get install mmdebstrap")
+    bah = buildah()
+    key = _digest(DEBIAN_SUITE.encode(), " ".join(DEBIAN_INCLUDE).encode(),
+                  _tool_version(mmdebstrap, "--version"), _tool_version(bah[0], "--version"))
+    target = cache_dir() / "images" / f"debian-{key}.tar"
+    label = "antidote.dev/key"
+    have = subprocess.run([*bah, "inspect", "--type", "image", "--format",
+                           f'{{{{index .OCIv1.Config.Labels "{label}"}}}}', DEBIAN_BASE],
+                          capture_output=True, text=True)
+    if have.returncode == 0 and have.stdout.strip() == key and target.exists():
+        return DEBIAN_BASE, target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log = cache_dir() / "logs" / "build-debian-image.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    with step(f"building the image {DEBIAN_BASE} with mmdebstrap and buildah (log {log})"), \
+            tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        work = Path(tmp)
+        _run_logged_append([mmdebstrap, "--quiet", "--mode=root", "--variant=minbase",
+                            f"--include={','.join(DEBIAN_INCLUDE)}", DEBIAN_SUITE,
+                            str(work / "rootfs.tar")], work, log)
+        container = subprocess.run([*bah, "from", "scratch"], capture_output=True, text=True,
+                                   check=True).stdout.strip()
+        try:
+            for cmd in ([*bah, "add", container, str(work / "rootfs.tar"), "/"],
+                        [*bah, "config", "--label", f"{label}={key}", "--env",
+                         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                         "--cmd", "bash", container],
+                        [*bah, "commit", "--quiet", container, DEBIAN_BASE]):
+                _run_logged_append(cmd, work, log)
+        finally:
+            subprocess.run([*bah, "rm", container], capture_output=True)
+        _run_logged_append([*bah, "push", "--quiet", DEBIAN_BASE,
+                            f"oci-archive:{work / 'image.tar'}:{DEBIAN_BASE}"], work, log)
+        os.replace(work / "image.tar", target)
+    return DEBIAN_BASE, target
+
+
 def _dynamic(elf: bytes) -> bool:
     """Whether an ELF64 executable asks for a program interpreter (PT_INTERP)."""
     phoff = int.from_bytes(elf[0x20:0x28], "little")
@@ -140,7 +200,8 @@ def _run_logged_append(cmd: list[str], cwd: Path, log: Path) -> None:
 
 
 def build_all() -> dict[str, Path]:
-    return {"pause-image": pause_image()[1], "busybox-image": busybox_image()[1]}
+    return {"pause-image": pause_image()[1], "busybox-image": busybox_image()[1],
+            "debian-image": debian_base_image()[1]}
 
 
 def load(ctr: Path, address: Path, name: str, archive: Path, log: Path) -> None:

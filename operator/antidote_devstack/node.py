@@ -358,6 +358,14 @@ def start(sup: Supervisor, state_dir: Path, artefacts: dict[str, Path], pki: Pki
     return NodeInfo(NODE_NAME, GATEWAY, ready_port)
 
 
+def load_image(state_dir: Path, name: str, archive: Path) -> None:
+    """Load an OCI archive into the running node's containerd (namespace k8s.io), for pods
+    with `imagePullPolicy: Never`."""
+    paths = Paths(state_dir / "node")
+    images.load(state_dir / "bin" / "ctr", paths.socket, name, archive,
+                Supervisor(state_dir).log("images"))
+
+
 def _apply(kubectl: str, kubeconfig: Path, manifest: str) -> None:
     proc = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],
                           input=manifest, capture_output=True, text=True)

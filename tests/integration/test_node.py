@@ -107,6 +107,16 @@ def test_node_runs_restricted_pods_serves_services_reaches_kafka_and_leaves_noth
         core.create_namespaced_pod(ns, _pod("pause", _restricted_container("pause", pause), "Always"))
         _wait("pause pod Running", _phase(core, ns, "pause", {"Running"}), 120)
 
+        # The Debian base image (mmdebstrap, buildah), loaded into the node, runs too.
+        debian, archive = images.debian_base_image()
+        node.load_image(Path(s.dir), debian, archive)
+        container = _restricted_container("debian", debian, ["cat", "/etc/debian_version"])
+        container["securityContext"]["runAsUser"] = 65534  # the image's user is root
+        core.create_namespaced_pod(ns, _pod("debian", container))
+        phase = _wait("debian pod finished", _phase(core, ns, "debian", {"Succeeded", "Failed"}), 120)
+        log = core.read_namespaced_pod_log("debian", ns)
+        assert phase == "Succeeded" and log.startswith("12."), f"debian pod {phase}:\n{log}"
+
         # 3. A Service name resolves in a pod through CoreDNS and its ClusterIP leads, through
         # kube-proxy's rules, to the pod behind it; and the pod speaks Kafka with the broker
         # at KAFKA_BOOTSTRAP_SERVERS (the address the host uses too): an ApiVersions v0
