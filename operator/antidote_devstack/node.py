@@ -136,11 +136,16 @@ def setup_network(state_dir: Path) -> None:
     if not saved.exists():
         saved.write_text(forward.read_text())
     forward.write_text("1\n")
-    # Forwarded packets only from the bridge to the bridge (a pod to a Service's pod).
+    # Forwarded packets only from the bridge to the bridge (a pod to a Service's pod). If
+    # the machine forwarded nothing before, it still forwards nothing else.
     ipt = ["iptables", "-w"]
     if _run([*ipt, "-N", GUARD_CHAIN], "guard chain", check=False).returncode == 0:
-        for rule in (["-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT"],
-                     ["-i", BRIDGE, "-j", "DROP"], ["-o", BRIDGE, "-j", "DROP"]):
+        rules = [["-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT"]]
+        if saved.read_text().strip() == "0":
+            rules.append(["-j", "DROP"])
+        else:
+            rules += [["-i", BRIDGE, "-j", "DROP"], ["-o", BRIDGE, "-j", "DROP"]]
+        for rule in rules:
             _run([*ipt, "-A", GUARD_CHAIN, *rule], "guard chain")
         _run([*ipt, "-I", "FORWARD", "1", "-j", GUARD_CHAIN], "guard chain")
 

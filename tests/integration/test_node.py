@@ -20,6 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from antidote_devstack import images, node
+from antidote_devstack.controlplane import SERVICE_CIDR
 from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
@@ -131,6 +132,7 @@ def test_node_runs_restricted_pods_serves_services_reaches_kafka_and_leaves_noth
         kafka_host, kafka_port = s.kafka_bootstrap.rsplit(":", 1)
         name = f"orders.{ns}.svc.cluster.local"
         script = (
+            "ip route; "  # the pod's only routes: the pods' and the Services' ranges
             f"nslookup {name} || exit 1; "
             # Until kube-proxy has written the Service's rules (a second or so), or 30 tries.
             f"for i in $(seq 30); do timeout 2 nc {name} 80 </dev/null | grep orders-here "
@@ -144,6 +146,8 @@ def test_node_runs_restricted_pods_serves_services_reaches_kafka_and_leaves_noth
         phase = _wait("probe pod finished", _phase(core, ns, "probe", {"Succeeded", "Failed"}), 120)
         log = core.read_namespaced_pod_log("probe", ns)
         assert phase == "Succeeded", f"probe pod {phase}; log:\n{log}"
+        assert "default" not in log and f"{SERVICE_CIDR} via {node.GATEWAY}" in log, \
+            f"a pod's routes go beyond the stack's ranges:\n{log}"
         assert cluster_ip in log, f"{name} did not resolve to {cluster_ip}:\n{log}"
         assert "orders-here" in log, f"the Service {name} did not lead to its pod:\n{log}"
         # Response: 4 bytes of size, then correlation id 7, then error code 0.
