@@ -23,7 +23,6 @@ import re
 import shlex
 import ssl
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
