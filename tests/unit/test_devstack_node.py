@@ -81,3 +81,14 @@ def test_state_without_node_fields_loads_as_a_stack_without_a_node(tmp_path: Pat
     s = stack.load(tmp_path)
     assert s is not None and s.node == "" and s.processes == stack.PROCESSES
     assert s.server == "https://127.0.0.1:1"
+
+
+def test_the_node_refuses_a_user_that_is_not_root(monkeypatch) -> None:
+    import pytest
+
+    from antidote_devstack import stack
+    from antidote_devstack.errors import StackError
+
+    monkeypatch.setattr(node.os, "geteuid", lambda: 1000)
+    with pytest.raises(StackError, match=r"^start node: the node needs root .* without --node"):
+        stack.up(Path("/nonexistent-stack"), node=True)  # before building or starting anything
