@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from antidote_devstack import build, controlplane, images, kafka, node
+from antidote_devstack import build, controlplane, images, kafka, node, stack
 from antidote_devstack.certs import client_cert, ensure_pki
+from antidote_devstack.errors import StackError
 
 
 def test_node_binaries_are_built_only_for_the_node() -> None:
@@ -73,8 +75,6 @@ def test_static_binaries_are_told_from_dynamic_ones() -> None:
 
 
 def test_state_without_node_fields_loads_as_a_stack_without_a_node(tmp_path: Path) -> None:
-    from antidote_devstack import stack
-
     (tmp_path / "state.json").write_text(
         '{"dir": "/d", "kubeconfig": "/k", "apiserver_port": 1, "etcd_port": 2, '
         '"kafka_bootstrap": "127.0.0.1:3"}')
@@ -83,12 +83,7 @@ def test_state_without_node_fields_loads_as_a_stack_without_a_node(tmp_path: Pat
     assert s.server == "https://127.0.0.1:1"
 
 
-def test_the_node_refuses_a_user_that_is_not_root(monkeypatch) -> None:
-    import pytest
-
-    from antidote_devstack import stack
-    from antidote_devstack.errors import StackError
-
+def test_the_node_refuses_a_user_that_is_not_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node.os, "geteuid", lambda: 1000)
     with pytest.raises(StackError, match=r"^start node: the node needs root .* without --node"):
         stack.up(Path("/nonexistent-stack"), node=True)  # before building or starting anything
