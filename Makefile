@@ -14,12 +14,13 @@ dev-up: install
 dev-down:
 	.venv/bin/antidote dev down
 
-# Builds (or finds cached) binaries and jars, then runs unit and integration tests on 2
+# Builds (or finds cached) binaries and jars (as root also the node's, for
+# tests/integration/test_node.py, which needs root), then runs unit and integration tests on 2
 # pytest-xdist workers; each worker starts its own real stack once, for its session. With
 # worksteal a worker that runs out of tests takes half of the other's queue: "load" left
 # one worker alone with its queue of slow tests for minutes.
 test: install
-	.venv/bin/antidote dev build
+	.venv/bin/antidote dev build $$([ "$$(id -u)" = 0 ] && echo --node)
 	@.venv/bin/python -m pytest -n 2 --dist worksteal; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
 	  exit $$rc
