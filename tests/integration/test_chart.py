@@ -169,27 +169,41 @@ def _rbac_rules(docs: list[dict]) -> list[tuple[str, dict]]:
             if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
 
 
+def _operator_rules(docs: list[dict]) -> list[tuple[str, dict]]:
+    driver = [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-spark-driver")]
+    return [(w, r) for w, r in _rbac_rules(docs) if w.split("/", 1)[1] not in driver]
+
+
 @pytest.mark.parametrize("case", sorted(MATRIX))
-def test_rbac_has_no_wildcards_and_no_secrets(case, env) -> None:
+def test_rbac_has_no_wildcards_no_readable_secrets_and_binds_only_the_driver_role(case, env) -> None:
     sets = [s.replace("NS1", "a").replace("NS2", "b") for s in MATRIX[case]]
-    rules = _rbac_rules(template(env, *sets))
+    docs = template(env, *sets)
+    rules = _rbac_rules(docs)
     assert rules
     for where, rule in rules:
         for field in ("verbs", "resources", "apiGroups"):
             assert not any("*" in v for v in rule.get(field, [])), f"{where}: wildcard in {field}: {rule}"
-        assert "secrets" not in rule["resources"], where
-        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), where
+        if "secrets" in rule["resources"]:
+            # The Spark RPC Secrets: created and deleted, never read.
+            assert rule["resources"] == ["secrets"] and set(rule["verbs"]) <= {"create", "delete"}, where
+        assert not {"escalate", "impersonate"} & set(rule["verbs"]), where
+        if "bind" in rule["verbs"]:
+            assert rule == {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                            "verbs": ["bind"], "resourceNames": ["t-antidote-spark-driver"]}, where
+    for where, rule in _operator_rules(docs):
+        if "pods" in rule["resources"]:
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, f"{where}: the operator may not create pods"
+        assert "roles" not in rule["resources"], where
 
 
-def test_operator_holds_what_it_grants_the_drivers(env) -> None:
-    """The API server refuses a Role granting more than its creator holds."""
-    rules = [r for _, r in _rbac_rules(template(env, "watch.namespaces={a}")) if r.get("apiGroups")]
-    held = {(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
-    for rule in builders.build_role("x")["rules"]:
-        for g in rule["apiGroups"]:
-            for res in rule["resources"]:
-                for v in rule["verbs"]:
-                    assert (g, res, v) in held, f"the driver Role grants {v} {res} the operator lacks"
+def test_driver_cluster_role_is_what_the_operator_binds(env) -> None:
+    """One ClusterRole for every driver, with the rules the operator's builders document,
+    and its name on the operator's command line."""
+    docs = template(env, "watch.namespaces={a}")
+    role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "t-antidote-spark-driver")
+    assert role["rules"] == builders.DRIVER_RULES
+    c = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--driver-cluster-role=t-antidote-spark-driver" in c["args"]
 
 
 def test_podmonitor_selects_the_consumer_drivers(env) -> None:
@@ -247,6 +261,37 @@ def _notes_example(notes: str) -> str:
     return textwrap.dedent(m.group(1))
 
 
+def _operator_rbac_is_least_privilege(api_client, namespace: str, *, sa: str, driver_role: str) -> None:
+    """What the API server lets the installed operator's ServiceAccount do (impersonated)."""
+    cfg = api_client.configuration
+    as_sa = client.ApiClient(cfg, header_name="Impersonate-User", header_value=sa)
+    try:
+        rbac, core = client.RbacAuthorizationV1Api(as_sa), client.CoreV1Api(as_sa)
+
+        def binding(role: str) -> dict:
+            return {"metadata": {"name": f"probe-{role}"[:60]},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": [{"kind": "ServiceAccount", "name": "some-driver", "namespace": namespace}]}
+
+        # It binds the drivers' ClusterRole without holding its permissions...
+        rbac.create_namespaced_role_binding(namespace, binding(driver_role))
+        rbac.delete_namespaced_role_binding(f"probe-{driver_role}"[:60], namespace)
+        # ...and no other role, and it cannot create pods nor read Secrets itself.
+        for forbidden in (lambda: rbac.create_namespaced_role_binding(namespace, binding("edit")),
+                          lambda: core.create_namespaced_pod(namespace, {
+                              "metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+                          lambda: core.read_namespaced_secret("anything", namespace),
+                          lambda: core.list_namespaced_secret(namespace)):
+            with pytest.raises(client.ApiException) as refused:
+                forbidden()
+            assert refused.value.status == 403, refused.value.body
+        # It creates and deletes a consumer's Spark RPC Secret.
+        core.create_namespaced_secret(namespace, {"metadata": {"name": "probe-spark-auth"}, "data": {"secret": "eA=="}})
+        core.delete_namespaced_secret("probe-spark-auth", namespace)
+    finally:
+        as_sa.close()
+
+
 def test_install_upgrade_uninstall(env, chart_crds, api_client, core_v1, namespace) -> None:
     release = f"it{uuid.uuid4().hex[:6]}"
     apps, rbac = client.AppsV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
@@ -260,6 +305,8 @@ def test_install_upgrade_uninstall(env, chart_crds, api_client, core_v1, namespa
         args = dep.spec.template.spec.containers[0].args
         assert f"--namespace={namespace}" in args and "--scrape-interval=2" in args
         assert rbac.read_namespaced_role(name, namespace).rules
+        _operator_rbac_is_least_privilege(api_client, namespace, sa=f"system:serviceaccount:{namespace}:{release}-antidote",
+                                          driver_role=f"{release}-antidote-spark-driver")
         assert core_v1.read_namespaced_service(f"{name}-metrics", namespace).spec.ports[0].port == 8080
 
         run(env, "helm", "upgrade", release, CHART, "-n", namespace, "--reuse-values",
@@ -278,6 +325,7 @@ def test_install_upgrade_uninstall(env, chart_crds, api_client, core_v1, namespa
     for read in (lambda: apps.read_namespaced_deployment(name, namespace),
                  lambda: rbac.read_namespaced_role(name, namespace),
                  lambda: rbac.read_cluster_role(name),
+                 lambda: rbac.read_cluster_role(f"{release}-antidote-spark-driver"),
                  lambda: core_v1.read_namespaced_service_account(f"{release}-antidote", namespace)):
         with pytest.raises(client.ApiException) as gone:
             read()
