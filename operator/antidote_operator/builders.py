@@ -317,7 +317,10 @@ def build_service(consumer: str, opts: RenderOptions) -> dict[str, Any]:
     """Headless: its DNS name resolves to the driver pod (driver host, metrics target)."""
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(names(consumer).service, consumer),
-            "spec": {"clusterIP": "None", "selector": selector(consumer),
+            # The driver pod only: executors carry the consumer label too (Spark's
+            # executor.label conf), and the driver host must not resolve to them.
+            "spec": {"clusterIP": "None",
+                     "selector": {**selector(consumer), "app.kubernetes.io/component": "driver"},
                      # Executors connect while the driver is still starting.
                      "publishNotReadyAddresses": True,
                      "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"}

@@ -184,7 +184,14 @@ def test_the_operator_sets_only_keys_the_api_refuses_in_spec_spark_conf() -> Non
 def test_headless_service_exposes_driver_and_metrics() -> None:
     svc = children()["Service"]["spec"]
     assert svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"] is True
-    assert svc["selector"] == {"antidote.dev/consumer": "orders"}
+    assert svc["selector"] == {"antidote.dev/consumer": "orders", "app.kubernetes.io/component": "driver"}
+    # It selects the driver pod and not the executors, which carry the consumer label too.
+    driver_labels = children()["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    conf = _conf(children())
+    executor_labels = {k.removeprefix("spark.kubernetes.executor.label."): v for k, v in conf.items()
+                       if k.startswith("spark.kubernetes.executor.label.")}
+    assert svc["selector"].items() <= driver_labels.items()
+    assert not svc["selector"].items() <= executor_labels.items()
     assert {p["name"]: p["port"] for p in svc["ports"]} == {"driver": 7078, "blockmanager": 7079, "metrics": 9090}
     assert builders.metrics_url("orders", "shop") == "http://orders.shop.svc:9090/metrics"
 
