@@ -217,6 +217,23 @@ def test_pause_disable_by_exit_code_and_resume(k: Cluster, kubeconfig: str, kafk
         assert k.event_reasons("pay") == ["Paused", "Resumed", "QueueDisabled", "Resumed"]
 
 
+def test_a_driver_role_binding_of_an_older_operator_is_replaced(k: Cluster, kubeconfig: str, kafka_bootstrap: str,
+                                                                tmp_path) -> None:
+    """Older operators bound a Role of their own; a roleRef cannot be changed in place, so the
+    binding is replaced by one to the drivers' ClusterRole."""
+    k.create(policy("p"))
+    k.rbac.create_namespaced_role_binding(k.ns, {
+        "metadata": {"name": "up-driver", "labels": {"antidote.dev/consumer": "up"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "up-driver"},
+        "subjects": [{"kind": "ServiceAccount", "name": "up-driver"}]})
+    k.create(consumer("up", "p", kafka_bootstrap, "up"))
+    with operator(kubeconfig, k.ns, tmp_path):
+        wait_for(lambda: k.rbac.read_namespaced_role_binding("up-driver", k.ns).role_ref.kind == "ClusterRole",
+                 "the binding replaced", errors=(client.ApiException,))
+        wait_for(lambda: all(k.children("up").values()), "children")
+        assert k.children("up")["RoleBinding"] == ["up-driver"]
+
+
 def test_deleting_the_consumer_removes_its_children(k: Cluster, kubeconfig: str, kafka_bootstrap: str,
                                                     tmp_path) -> None:
     k.create(policy("p"))
