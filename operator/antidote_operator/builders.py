@@ -172,8 +172,12 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
         "spark.kubernetes.authenticate.executor.serviceAccountName": n.executor_service_account,
         "spark.kubernetes.executor.podTemplateFile": f"{CONFIG_DIR}/{EXECUTOR_TEMPLATE_KEY}",
         "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
-        # Client mode has no driver Service of Spark's: nothing to delete, no permission asked.
+        # Client mode has no driver Service of Spark's, and with volume keys refused there are
+        # no on-demand claims: Spark is told not to delete either (both default to true in
+        # Spark 4.0, a deletecollection at stop), so its Role needs no such permission.
         "spark.kubernetes.driver.service.deleteOnTermination": "false",
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         "spark.kubernetes.executor.podNamePrefix": name,
         f"spark.kubernetes.executor.label.{LABEL_CONSUMER}": name,
         "spark.kubernetes.executor.label.app.kubernetes.io/component": "executor",
@@ -278,15 +282,17 @@ def build_executor_service_account(consumer: str) -> dict[str, Any]:
 # What a Spark 4.0 driver in client mode does with the API server, and no more (read from
 # Spark's KubernetesClusterSchedulerBackend and ExecutorPodsAllocator): it gets its own pod
 # (owner of the executors), creates, watches, lists, labels (patch) and deletes executor
-# pods, deleting what is left by label at stop (deletecollection), and creates and deletes
-# by label one ConfigMap of executor conf files. No Services (client mode; deleteOnTermination
-# is off), no PersistentVolumeClaims (volume keys are refused in spec.spark.conf).
+# pods, deleting what is left by label at stop (deletecollection), and creates one ConfigMap
+# of executor conf files, deleted by label at stop (nothing reads it through the API). No Services (client mode; deleteOnTermination
+# is off), no PersistentVolumeClaims (volume keys are refused in spec.spark.conf, and owning
+# and reusing claims is off). tests/integration/test_pod_security.py runs a real Spark
+# driver under exactly these rules and fails on any 403 in its log.
 # The chart ships these rules as the driver ClusterRole; a test keeps the two equal.
 DRIVER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"],
      "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]},
     {"apiGroups": [""], "resources": ["configmaps"],
-     "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"]},
+     "verbs": ["create", "deletecollection"]},
 ]
 
 

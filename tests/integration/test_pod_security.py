@@ -109,3 +109,112 @@ def test_consumer_pods_are_admitted_as_restricted(which: str, core_v1: client.Co
         assert created.spec.automount_service_account_token is False
     else:
         assert created.spec.service_account_name == "orders-driver"
+
+
+# --- a real Spark driver under the driver ClusterRole -------------------------------------
+
+DRIVER_SCRIPT = """
+import json, sys
+from pyspark.sql import SparkSession
+b = SparkSession.builder.appName("antidote-rbac-probe")
+for k, v in json.loads(sys.argv[1]).items():
+    b = b.config(k, v)
+spark = b.getOrCreate()
+print("STARTED", flush=True)
+sys.stdin.readline()
+spark.stop()
+print("STOPPED", flush=True)
+"""
+
+
+def _executor_pods(core_v1: client.CoreV1Api, ns: str) -> list[Any]:
+    return core_v1.list_namespaced_pod(ns, label_selector="spark-role=executor").items
+
+
+def test_a_spark_driver_with_only_the_driver_role_runs_restricted_authenticated_executors(
+        core_v1: client.CoreV1Api, api_client: client.ApiClient, restricted: str, tmp_path) -> None:
+    """Spark 4.0 itself, in client mode with the operator's spark-defaults, authenticated as
+    the driver's ServiceAccount bound to nothing but DRIVER_RULES, in a restricted namespace:
+    it creates an executor pod from the template (admitted by Pod Security, under the
+    executors' ServiceAccount, the RPC secret mounted and not in the environment) and its
+    conf ConfigMap, and at stop deletes both. No kubelet runs it; the API calls are real."""
+    import json
+    import subprocess
+    import sys
+    import uuid
+
+    from .operator_util import wait_for
+
+    ns = restricted
+    role_name = f"antidote-spark-driver-{uuid.uuid4().hex[:6]}"
+    opts = RenderOptions(driver_cluster_role=role_name)
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_cluster_role({"metadata": {"name": role_name}, "rules": builders.DRIVER_RULES})
+    proc = None
+    try:
+        kids = _children(ns)
+        for sa in ("orders-driver", "orders-executor"):
+            core_v1.create_namespaced_service_account(ns, kids[sa])
+        rbac.create_namespaced_role_binding(ns, builders.build_role_binding("orders", opts))
+        secret = builders.build_spark_auth_secret("orders", uuid.uuid4().bytes * 2)
+        core_v1.create_namespaced_secret(ns, secret)
+        token = core_v1.create_namespaced_service_account_token(
+            "orders-driver", ns, {"spec": {"expirationSeconds": 600}}).status.token
+
+        # The operator's spark-defaults.conf, with what a pod would provide made local: the
+        # token, the mounted template and secret files, a loopback driver address, no pod.
+        conf = builders.spark_defaults(
+            resolve(QueueConsumerSpec.model_validate({
+                "policyRef": {"name": "p"}, "handler": "shop.orders:handle",
+                "source": {"kafka": {"bootstrapServers": "kafka:9092", "topic": "orders"}},
+                "checkpoint": {"location": "s3a://ckpt/orders"}}), PoisonPolicySpec(), name="orders", namespace=ns),
+            opts)
+        (tmp_path / "token").write_text(token)
+        (tmp_path / "template.yaml").write_text(kids["ConfigMap"]["data"][builders.EXECUTOR_TEMPLATE_KEY])
+        (tmp_path / "secret").write_bytes(uuid.uuid4().bytes * 2)
+        cfg = api_client.configuration
+        del conf["spark.kubernetes.driver.pod.name"]
+        conf.update({
+            "spark.master": f"k8s://{cfg.host}",
+            "spark.kubernetes.authenticate.oauthTokenFile": str(tmp_path / "token"),
+            "spark.kubernetes.authenticate.caCertFile": cfg.ssl_ca_cert,
+            "spark.kubernetes.executor.podTemplateFile": str(tmp_path / "template.yaml"),
+            "spark.authenticate.secret.file": str(tmp_path / "secret"),
+            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.port": "0", "spark.driver.blockManager.port": "0",
+            "spark.ui.enabled": "false",
+            # Do not wait 30 s for executors that no kubelet will start.
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "1s",
+        })
+        proc = subprocess.Popen([sys.executable, "-c", DRIVER_SCRIPT, json.dumps(conf)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=(tmp_path / "driver.log").open("w"), text=True)
+        assert proc.stdout.readline().strip() == "STARTED", (tmp_path / "driver.log").read_text()[-3000:]
+
+        (pod,) = wait_for(lambda: _executor_pods(core_v1, ns), "Spark's executor pod", timeout=60)
+        spec = pod.spec
+        assert pod.metadata.name == "orders-exec-1"
+        assert spec.service_account_name == "orders-executor" and spec.automount_service_account_token is False
+        assert spec.security_context.run_as_non_root is True
+        assert spec.security_context.seccomp_profile.type == "RuntimeDefault"
+        (c,) = spec.containers
+        assert c.name == "executor" and c.security_context.read_only_root_filesystem is True
+        assert c.security_context.capabilities.drop == ["ALL"]
+        assert "SPARK_AUTHENTICATE_SECRET" not in {e.name for e in c.env or []}
+        mounts = {m.mount_path: m.name for m in c.volume_mounts}
+        assert "/tmp" in mounts and builders.SPARK_AUTH_DIR in mounts
+        assert {v.secret.secret_name for v in spec.volumes if v.secret} == {"orders-spark-auth"}
+        assert wait_for(lambda: core_v1.list_namespaced_config_map(ns, label_selector="spark-role=executor").items,
+                        "the executors' conf ConfigMap")
+
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=120) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+        # Stopping deleted them by label: deletecollection under the driver's Role.
+        assert not _executor_pods(core_v1, ns)
+        assert not core_v1.list_namespaced_config_map(ns, label_selector="spark-role=executor").items
+        log = (tmp_path / "driver.log").read_text()
+        assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        rbac.delete_cluster_role(role_name)

@@ -116,7 +116,7 @@ def test_driver_is_bound_to_the_charts_cluster_role_in_its_namespace_only() -> N
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "orders-driver"}]
     rules = {r["resources"][0]: set(r["verbs"]) for r in builders.DRIVER_RULES}
     assert rules == {"pods": {"get", "list", "watch", "create", "patch", "delete", "deletecollection"},
-                     "configmaps": {"get", "list", "watch", "create", "delete", "deletecollection"}}
+                     "configmaps": {"create", "deletecollection"}}
 
 
 def _conf(kids) -> dict[str, str]:
@@ -137,6 +137,9 @@ def test_executors_run_under_their_own_service_account_without_a_token() -> None
     assert conf["spark.kubernetes.executor.podTemplateFile"] == "/etc/antidote/executor-pod-template.yaml"
     assert conf["spark.kubernetes.executor.podTemplateContainerName"] == template["spec"]["containers"][0]["name"]
     assert conf["spark.kubernetes.driver.service.deleteOnTermination"] == "false"  # no Service permission
+    # No PersistentVolumeClaim permission either (Spark 4.0 owns and deletes claims by default).
+    assert conf["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
+    assert conf["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
 
 
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
