@@ -335,3 +335,46 @@ def test_install_upgrade_uninstall(env, chart_crds, api_client, core_v1, namespa
     # CRDs stay, as Helm does with crds/.
     client.ApiextensionsV1Api(api_client).read_custom_resource_definition("queueconsumers.antidote.dev")
     client.ApiextensionsV1Api(api_client).read_custom_resource_definition("kopfpeerings.kopf.dev")
+
+
+def test_the_operator_reconciles_with_only_the_charts_rbac(env, chart_crds, api_client, core_v1, namespace,
+                                                           tmp_path) -> None:
+    """`antidote operator` authenticated as the installed chart's ServiceAccount (a real
+    token, no admin rights) creates a consumer's children, binds the drivers' ClusterRole,
+    creates the RPC Secret and deletes them all with the consumer: the least-privilege RBAC
+    is enough, and the API server refuses it nothing."""
+    from .operator_util import Cluster, consumer, operator, policy, wait_for
+
+    release = f"op{uuid.uuid4().hex[:6]}"
+    driver_role = f"{release}-antidote-spark-driver"
+    run(env, "helm", "install", release, CHART, "-n", namespace, "--set", f"watch.namespaces={{{namespace}}}")
+    try:
+        token = core_v1.create_namespaced_service_account_token(
+            f"{release}-antidote", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+        cfg = api_client.configuration
+        kubeconfig = tmp_path / "operator.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "op",
+            "clusters": [{"name": "c", "cluster": {"server": cfg.host, "certificate-authority": cfg.ssl_ca_cert}}],
+            "users": [{"name": "op", "user": {"token": token}}],
+            "contexts": [{"name": "op", "context": {"cluster": "c", "user": "op", "namespace": namespace}}]}))
+        k = Cluster(api_client, namespace)
+        k.create(policy("p"))
+        k.create(consumer("orders", "p", "kafka:9092", "orders"))
+        with operator(str(kubeconfig), namespace, tmp_path, f"--driver-cluster-role={driver_role}") as op:
+            wait_for(lambda: all(k.children("orders").values()), "all children, made with the chart's RBAC")
+            binding = k.rbac.read_namespaced_role_binding("orders-driver", namespace)
+            assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", driver_role)
+            assert k.core.read_namespaced_secret("orders-spark-auth", namespace).data["secret"]
+            k.wait_condition("orders", "Ready", "False", "Starting")
+            k.delete("queueconsumers", "orders")
+            wait_for(lambda: k.qc("orders") is None and not any(k.children("orders").values()),
+                     "the consumer and every child deleted")
+            log = op.log()
+        # Kopf lists namespaces first and, refused in namespaced mode (the chart grants no
+        # cluster-wide namespace list), falls back to the --namespace names it was given.
+        refused = [line for line in log.splitlines()
+                   if ("403" in line or "orbidden" in line) and 'resource "namespaces"' not in line]
+        assert not refused, "\n".join(refused)
+    finally:
+        run(env, "helm", "uninstall", release, "-n", namespace, "--wait", "--timeout", "60s")
