@@ -37,7 +37,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="driver and executor image when spec.spark.image is not set")
     p.add_argument("--driver-cluster-role", default=None,
                    help="the ClusterRole bound to each consumer's driver in its namespace "
-                        "(the chart's <release>-spark-driver; default antidote-spark-driver)")
+                        "(the chart passes its <release>-antidote-spark-driver; default antidote-spark-driver)")
     p.add_argument("--resync-interval", type=float, default=300.0,
                    help="seconds between full reconciles of each consumer (0: only on events)")
     p.add_argument("--poison-event-interval", type=float, default=60.0,
