@@ -186,6 +186,9 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
         "spark.driver.port": str(opts.driver_port),
         "spark.driver.blockManager.port": str(opts.block_manager_port),
         "spark.driver.cores": str(spark.driver.cores),
+        # The root filesystem is read-only and Spark's in-memory catalog creates its default
+        # warehouse directory (./spark-warehouse, in the image's home) on first use.
+        "spark.sql.warehouse.dir": f"{TMP_DIR}/spark-warehouse",
         "spark.executor.instances": str(spark.executor.instances),
         "spark.executor.cores": str(spark.executor.cores),
         "spark.executor.memory": spark.executor.memory,

@@ -180,7 +180,8 @@ def test_the_operator_sets_only_keys_the_api_refuses_in_spec_spark_conf() -> Non
     from antidote_api import spark_conf
 
     conf = _conf(children())
-    tuning = {"spark.driver.cores", "spark.executor.instances", "spark.executor.cores", "spark.executor.memory"}
+    tuning = {"spark.driver.cores", "spark.executor.instances", "spark.executor.cores", "spark.executor.memory",
+              "spark.sql.warehouse.dir"}
     assert {k for k in conf if not spark_conf.is_owned(k)} == tuning
 
 
