@@ -35,8 +35,9 @@ def spark_session(settings: EffectiveSettings, master: str | None = None) -> Spa
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = dict(settings.spark.conf or {})
     builder = SparkSession.builder.appName(f"antidote-{settings.consumer or 'consumer'}")
-    master = (master or conf.pop("spark.master", None)
-              or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]"))
+    # The master is never the user's (spec.spark.conf may not set spark.master): the
+    # operator's --master, else ANTIDOTE_SPARK_MASTER for local runs and tests.
+    master = master or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]")
     builder = builder.master(master)
     if master.startswith("local"):
         # Local runs stay on loopback instead of whatever interface the hostname resolves to.
