@@ -81,7 +81,7 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
         validation=s.validation.wire() if s.validation is not None else None,
         sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
-        fault_stops=s.disposition == "Fault")
+        fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds)
 
 
 # A task that died on this did not run its messages (see _isolate).
