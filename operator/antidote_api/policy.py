@@ -49,8 +49,9 @@ class Retries(ApiModel):
         Duration.parse("60s"),
         description="Longest one handler call may run. An attempt past it fails with error class "
                     "`antidote.AttemptTimeout` and counts like any failure; a handler that does not "
-                    "unwind gets its Python worker killed and replaced. The default, 60s, leaves a "
-                    "stopping driver time to finish within its pod's grace period.",
+                    "unwind gets its Python worker killed and replaced. The default, 1m, is "
+                    "long for one call to a downstream service and short enough that a stopping "
+                    "driver cuts a hung batch well within its pod's grace period.",
         json_schema_extra=seed("SQS visibility timeout; Lambda function timeout"))
 
     rules = (
