@@ -164,10 +164,19 @@ class Runtime:
         """Run the handler over `df` (INPUT_COLUMNS, or a function making it); raises when the
         batch fails as a whole. A small batch whose rows are at hand (`local_rows`) runs in the
         local worker process, and then needs no DataFrame at all."""
+        self.metrics.beat()  # the liveness: a job that never ends stops these
+        try:
+            return self._execute(df, local_rows)
+        finally:
+            self.metrics.beat()
+
+    def _execute(self, df, local_rows: list | None = None) -> BatchResult:
         if local_rows is not None and self.local is not None and len(local_rows) <= MAX_LOCAL_ROWS:
             try:
                 return self._collect(self.local.run(self.cfg, local_rows))
             except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
+                if self.stopping.is_set():
+                    raise  # killed by the stop: the batch runs again after the restart
                 log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
                             _first_line(err))
         try:
