@@ -107,6 +107,10 @@ def starting_offsets(topic: str, policy: str, partitions: int, floor: dict[int, 
     return json.dumps({topic: {str(p): floor.get(p, start.get(p, -2)) for p in sorted(every)}})
 
 
+class BatchCutShort(Exception):
+    """A source batch interrupted by a stop (not committed; it runs again)."""
+
+
 # Depth and lag take ~10 offset requests: often enough for a scrape, not every pump round.
 DEPTHS_EVERY_S = 2.0
 
@@ -154,7 +158,16 @@ class Consumer:
     def _source_batch(self, df, batch_id: int) -> None:
         rows = df.select("key", "value", "topic", "partition", "offset",
                          F.unix_millis("timestamp").alias("ts"), "headers")
-        self.runtime.handle(rows, batch_id=batch_id)
+        try:
+            self.runtime.handle(rows, batch_id=batch_id)
+        except Exception:
+            if not self.runtime.stopping.is_set():
+                raise
+            # Cut short by a stop. The batch must still fail (returning would let Spark's
+            # checkpoint pass it), but with a short error: the interrupted job's Java stack
+            # in it sent Spark's error parsing into a StackOverflowError on stderr.
+            log.info("batch %d cut short by the stop: it runs again after the restart", batch_id)
+            raise BatchCutShort(f"batch {batch_id} cut short by a stop") from None
 
     def _start_query(self, until_idle: bool):
         src = self.s.source
@@ -282,7 +295,12 @@ class Consumer:
             while (self.query is not None and self.query.isActive
                    and self.query.status.get("isTriggerActive") and time.monotonic() < deadline):
                 time.sleep(0.1)
-            self._stop_query()
+            # The batch cut short fails on purpose; py4j would log that at ERROR with a traceback.
+            logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+            try:
+                self._stop_query()
+            except Exception as err:  # noqa: BLE001 - the main thread may be stopping Spark already
+                log.info("stopping the source query: %s", str(err).strip().splitlines()[0][:200])
 
         threading.Thread(target=stop_after_batch, daemon=True).start()
 

@@ -212,7 +212,8 @@ class Runtime:
                         log.info("waited %.1fs for the failed job's tasks to end", time.monotonic() - start)
                     return
                 time.sleep(0.1)
-            log.info("tasks of the failed job still running after %gs; going on", timeout)
+            if not self.stopping.is_set():
+                log.info("tasks of the failed job still running after %gs; going on", timeout)
         except Exception as err:  # noqa: BLE001 - best effort: a dead JVM fails the next job anyway
             log.info("could not read the executors' running tasks: %s", _first_line(err))
 
