@@ -136,8 +136,8 @@ def test_the_dev_runner_refuses_to_run_inside_a_cluster(kubeconfig: str, namespa
 def test_a_handler_that_cannot_be_imported_is_reported_in_ready_not_as_a_disabled_queue(
         k: Cluster, stack, kubeconfig: str, kafka_bootstrap: str, topic_factory, tmp_path, calls_dir) -> None:
     """The driver refuses its settings at start (exit 2, one line); the operator puts that
-    line in Ready (reason SettingsRejected) with one Warning Event, the queue stays enabled,
-    and a fixed spec runs."""
+    line in Ready (reason SettingsRejected) with one Warning Event, and the queue stays
+    enabled (a fixed spec turning it Running: tests/unit/test_operator_status.py)."""
     source = topic_factory()
     produce(kafka_bootstrap, source, [(b"k0", b"order-0", None)])
     k.create(policy("plain", {"retries": {"immediate": 0, "cycles": 0}}))
@@ -158,8 +158,13 @@ def test_a_handler_that_cannot_be_imported_is_reported_in_ready_not_as_a_disable
         assert k.condition("typo", "QueueDisabled") == ("False", "QueueEnabled")
         assert k.replicas("typo") == 1  # restarted with back-off: a fixed image is picked up
         wait_for(lambda: "SettingsRejected" in k.event_reasons("typo"), "the SettingsRejected Event")
-        k.patch("queueconsumers", "typo", {"spec": {"handler": "tests.integration.handlers:upper"}})
-        k.wait_condition("typo", "Ready", "True", "Running", timeout=240)
-        wait_for(lambda: (k.qc("typo")["status"].get("counts") or {}).get("processed") == 1,
-                 "the message processed", timeout=240)
+        # Restarted with back-off (10 s), refused again with the same line: no second Event.
+        def exit_() -> dict | None:
+            raw = (k.deployment("typo").metadata.annotations or {}).get("antidote.dev/dev-runner-exit")
+            return json.loads(raw) if raw else None
+        first = wait_for(exit_, "the dev runner to report the exit")
+        assert first["exitCode"] == 2 and "spec.handler" in first["message"]
+        wait_for(lambda: (e := exit_()) and e["finishedAt"] != first["finishedAt"], "a second exit",
+                 timeout=60)
+        assert k.condition("typo", "Ready") == ("False", "SettingsRejected")
     assert k.event_reasons("typo").count("SettingsRejected") == 1
