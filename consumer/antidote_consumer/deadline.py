@@ -2,17 +2,18 @@
 handler: a Spark Python worker, or the driver's local worker.
 
 Two steps, both driven by one watchdog thread per process:
-- at the limit, SIGNAL (SIGUSR1; SIGALRM belongs to user code and test timeouts) is sent to
-  the main thread, whose handler raises `AttemptTimeout`
-  inside the handler call: that ends Python code and any wait the kernel interrupts (sleep,
-  socket reads, locks). The attempt fails like any other and the policy decides what follows.
+- at the limit, SIGUSR1 (SIGALRM is left to user code and test timeouts) is sent to the
+  main thread, whose signal handler raises `AttemptTimeout` inside the handler call: that
+  ends Python code and any wait the kernel interrupts (sleep, socket reads, locks). The
+  attempt fails like any other and the policy decides what follows.
 - if the attempt is still running `grace` later (a handler stuck in C code that retries on
   EINTR, or one that swallowed the error), the process ends itself (`os._exit`). Spark starts
   a new Python worker and the batch fails as a whole (rollbacks, then bisection isolates the
   message); a dead local worker sends its batch to a Spark job, where the same happens.
 
-The hot loop pays two attribute stores and one clock read per attempt (`begin`/`end` are
-written inline there); the watchdog wakes a few times a second and reads them.
+The hot loop pays two attribute stores and one clock read per attempt (written inline
+there, as `timed` does for the later attempts); the watchdog wakes every limit/10 (between
+50 ms and 1 s) and reads them.
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ class AttemptTimeout(BaseException):
     its own) must not swallow it and run on past the limit."""
 
 
-# The error class the policy and the headers name: `antidote.AttemptTimeout`.
+# So its error class, in the headers and for nonRetryable, is `antidote.AttemptTimeout`.
 AttemptTimeout.__module__ = "antidote"
-ERROR_CLASS = "antidote.AttemptTimeout"
 
 
 def kill_grace(limit_s: float) -> float:
@@ -62,7 +62,7 @@ class Watchdog:
         """(Re)installs the signal handler: only the main thread may, and Python code there
         may have replaced it since the last batch."""
         if threading.current_thread() is threading.main_thread():
-            if signal.getsignal(SIGNAL) is not self._on_alarm:
+            if signal.getsignal(SIGNAL) != self._on_alarm:
                 signal.signal(SIGNAL, self._on_alarm)
             self.soft = True
 

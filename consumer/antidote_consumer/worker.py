@@ -186,7 +186,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                         output = encode_output(output)
                 except (Exception, AttemptTimeout) as err:  # noqa: BLE001 - the policy decides
                     failed = err
-                wd.started = 0.0
+                finally:  # also when SystemExit & co. end the task: the worker may be reused
+                    wd.started = 0.0
             if failed is not None:
                 # Outside the except block: the next attempts' errors must not chain to this one.
                 result = run_pass(msg, timed, plan, cycle, failed=failed)

@@ -45,6 +45,8 @@ def handler(msg: Message):
         return None  # nothing to write, still a success
     if kind == "dict":
         return {"v": msg.value.decode(), "headers": [k for k, _ in msg.headers]}
+    if kind == "exit":
+        raise SystemExit(3)  # ends the task, not a failure of the message
     if kind == "hang":  # sleeps past any limit, and its own retry loop swallows Exceptions
         while True:
             try:
@@ -149,6 +151,15 @@ def test_attempt_timeout_can_be_listed_as_non_retryable() -> None:
     _, [_, row] = run([b"ok:1", b"hang:2"], immediate=3, attempt_timeout=0.2,
                       non_retryable=frozenset({"antidote.AttemptTimeout"}))
     assert (row["kind"], row["reason"], row["attempts"]) == ("final", "non-retryable", 1)
+
+
+def test_an_attempt_that_ends_the_task_leaves_no_attempt_for_the_watchdog() -> None:
+    """The Python worker may run the next task: a stale start time would time it out."""
+    from antidote_consumer.deadline import watchdog
+
+    with pytest.raises(SystemExit):
+        run([b"ok:1", b"exit:2"], attempt_timeout=0.2)
+    assert watchdog(0.2).started == 0.0
 
 
 def test_a_handler_that_does_not_unwind_ends_its_process() -> None:
