@@ -31,6 +31,7 @@ EXIT_REASONS = {3: "ConsecutiveBatchFailures", 4: "SystemicFailure", 5: "Fault"}
 # imported, an unreadable Secret); its one line is the container's termination message.
 EXIT_BAD_SETTINGS = 2
 SETTINGS_REJECTED = "SettingsRejected"
+CONSUMER_PREFIX = "antidote consumer: "  # how `antidote consumer` starts its refusals
 DISABLE_REASONS = frozenset(EXIT_REASONS.values())
 CONFIG_REASONS = ("InvalidSpec", "PolicyNotFound", "PolicyInvalid")
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
@@ -97,8 +98,10 @@ class Termination:
         if self.exit_code != EXIT_BAD_SETTINGS:
             return None
         lines = [line.strip() for line in (self.message or "").splitlines() if line.strip()]
-        line = lines[-1] if lines else "no message"
-        return line.removeprefix("antidote consumer: ")[:1024]
+        # Its own line, though Spark may have logged after it (a Secret refused once Spark ran).
+        own = [line for line in lines if line.startswith(CONSUMER_PREFIX)]
+        line = (own or lines or ["no message"])[-1]
+        return line.removeprefix(CONSUMER_PREFIX)[:1024]
 
 
 @dataclass(frozen=True)

@@ -268,3 +268,5 @@ def test_a_driver_that_refuses_its_settings_says_why_in_ready_until_one_runs() -
     assert cond(fixed, "Ready") == ("True", "Running")
     assert cond(decide(inputs(termination=Termination(2, T0, "dev-runner"))), "Ready") == (
         "False", "SettingsRejected")
+    later_spark_line = Termination(2, T0, "pod", message=f"{line}\n26/11/23 WARN SparkContext: stopped\n")
+    assert later_spark_line.rejected_settings().startswith("spec.handler 'shop.handlers:charge'")
