@@ -18,6 +18,7 @@ import kopf
 import yaml
 
 from antidote_api.semantics import EffectiveSettings
+from antidote_consumer.metrics import HEALTH_PATH
 
 # Labels on every child; LABEL_CONSUMER is also how the operator finds Deployments and Pods.
 LABEL_CONSUMER = "antidote.dev/consumer"
@@ -382,10 +383,16 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in _ports(opts)],
         "resources": {"requests": {"cpu": str(driver.cores), "memory": memory},
                       "limits": {"memory": memory}},
-        # /metrics is up before Spark starts; a slow batch must not get the driver killed,
-        # so there is no liveness probe.
+        # /metrics is up before Spark starts. /healthz fails only when the runtime showed no
+        # progress for max(10m, 10 x attemptTimeout) (a Spark job, a ledger commit or the
+        # retry pump hung; docs/consumer.md): a slow batch does not get the driver killed.
         "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
                            "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": HEALTH_PATH, "port": "metrics"},
+                          "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 3},
+        # A driver that refuses its settings (exit 2) says why in one line: the kubelet keeps
+        # it as the termination message, which the operator puts in the Ready condition.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
     }

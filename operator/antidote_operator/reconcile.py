@@ -372,7 +372,7 @@ def dev_runner_termination(annotations: Mapping[str, str]) -> Termination | None
         doc = json.loads(raw)
         at = parse_time(doc.get("finishedAt"))
         return Termination(int(doc["exitCode"]), at, "dev-runner",
-                           parse_time(doc.get("startedAt"))) if at else None
+                           parse_time(doc.get("startedAt")), doc.get("message")) if at else None
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -387,7 +387,8 @@ def pod_termination(pod: Mapping[str, Any]) -> Termination | None:
             term = (cs.get(where) or {}).get("terminated")
             at = parse_time((term or {}).get("finishedAt"))
             if term and at and "exitCode" in term and (best is None or at > best.finished_at):
-                best = Termination(int(term["exitCode"]), at, "pod", parse_time(term.get("startedAt")))
+                best = Termination(int(term["exitCode"]), at, "pod", parse_time(term.get("startedAt")),
+                                   term.get("message"))
     return best
 
 

@@ -83,6 +83,9 @@ def test_deployment_runs_one_driver_with_the_mounted_settings() -> None:
     assert c["resources"]["requests"] == {"cpu": "1", "memory": "1408Mi"}  # 1g + 384Mi overhead
     assert pod["volumes"][0] == {"name": "settings", "configMap": {"name": "orders-settings"}}
     assert children(replicas=0)["Deployment"]["spec"]["replicas"] == 0
+    # The consumer's heartbeat is its liveness; its one line on exit 2 its termination message.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
 def test_settings_hash_rolls_the_driver_when_the_settings_change() -> None:
