@@ -130,6 +130,29 @@ class Supervisor:
         pid_file.unlink(missing_ok=True)
         return was_alive
 
+    def command(self, name: str) -> list[str] | None:
+        """The command `name` was started with (recorded in its pid file)."""
+        rec = self._record(name)
+        return list(rec["cmd"]) if rec and rec.get("cmd") else None
+
+    def kill(self, name: str, timeout: float = 10.0) -> bool:
+        """SIGKILL the process group at once (a crash, not a shutdown) and wait until it is
+        gone; the pid file stays, so `command(name)` can start it again. True if it ran."""
+        rec = self._record(name)
+        if not rec or not self.alive(name):
+            return False
+        try:
+            os.killpg(rec["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + timeout
+        while _start_time(rec["pid"]) == rec["start"]:
+            self._reap(rec["pid"])
+            if time.monotonic() > deadline:
+                raise StackError(f"kill {name}", f"pid {rec['pid']} survived SIGKILL for {timeout:g}s")
+            time.sleep(0.05)
+        return True
+
     @staticmethod
     def _reap(pid: int) -> None:
         try:

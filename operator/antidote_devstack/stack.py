@@ -174,6 +174,37 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
     return stack
 
 
+# What `restart` can crash and bring back: etcd is the cluster's state, not a process the
+# chaos tests mean to lose.
+RESTARTABLE = ("kube-apiserver", "kafka")
+
+
+def restart(state_dir: Path, name: str, down_for: float = 0.0, timeout: float = 120.0) -> float:
+    """Crash one process of the running stack in `state_dir` (SIGKILL, no shutdown) and start
+    the same command again after `down_for` seconds: same ports, same data (Kafka's log
+    dirs, etcd's store), as a pod restarted in place. Returns once it answers again, with the
+    seconds it was unreachable."""
+    if name not in RESTARTABLE:
+        raise StackError(f"restart {name}", f"only {', '.join(RESTARTABLE)} can be restarted")
+    stack = load(state_dir)
+    sup = Supervisor(state_dir)
+    cmd = sup.command(name)
+    if stack is None or cmd is None or not sup.alive(name):
+        raise StackError(f"restart {name}", f"no running {name} in {state_dir}")
+    if name == "kafka":
+        bootstrap = stack.kafka_bootstrap
+        check = lambda: kafka.ready(bootstrap)  # noqa: E731
+    else:
+        pki = ensure_pki(state_dir / "pki")
+        check = lambda: controlplane.apiserver_ready(stack.apiserver_port, pki)  # noqa: E731
+    started = time.monotonic()
+    sup.kill(name)
+    time.sleep(down_for)  # the outage itself, as long as asked (not a wait for a condition)
+    sup.start(name, cmd)
+    sup.wait_for(name, f"restart {name}", check, timeout)
+    return time.monotonic() - started
+
+
 def down(state_dir: Path | None = None) -> list[str]:
     state_dir = (state_dir or default_stack_dir()).resolve()
     stopped = _stop(state_dir)

@@ -32,6 +32,30 @@ def test_supervisor_stops_by_pid_file(tmp_path: Path) -> None:
     assert later.names() == []
 
 
+def test_kill_crashes_a_process_and_its_recorded_command_starts_it_again(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path)
+    # It would ignore SIGTERM: only a SIGKILL ends it at once.
+    cmd = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]
+    pid = sup.start("p", cmd)
+    try:
+        assert sup.command("p") == cmd
+        assert sup.kill("p", timeout=5) is True
+        assert _start_time(pid) is None and not sup.alive("p")
+        assert sup.command("p") == cmd  # the pid file stays for the restart
+        assert sup.kill("p") is False  # nothing running
+        again = sup.start("p", sup.command("p"))
+        assert again != pid and sup.alive("p")
+    finally:
+        sup.stop_all()
+
+
+def test_restart_refuses_etcd_and_a_stack_that_is_not_running(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match="only kube-apiserver, kafka"):
+        stack.restart(tmp_path, "etcd")
+    with pytest.raises(StackError, match="no running kafka"):
+        stack.restart(tmp_path, "kafka")
+
+
 def test_supervisor_never_kills_a_reused_pid(tmp_path: Path) -> None:
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
