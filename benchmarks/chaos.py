@@ -23,8 +23,13 @@ crash-looping driver must: the kill cannot be told from a crash the batch caused
 then does what on-call would, `antidote resume` (here the consumer's `--resume`), and
 counts it.
 
-Exit status 0 only if the first four are 0. Uses the stack named by $ANTIDOTE_STACK_DIR if
-it runs, else starts its own and stops it at the end.
+Then the other parts (chaos_operator.py; --parts picks some): SIGKILLs of the operator
+(--operator-kills), and the broker and the API server crashed and restarted in place under
+a running consumer and operator.
+
+Exit status 0 only if every part passed (for this one: the first four are 0). Uses the
+stack named by $ANTIDOTE_STACK_DIR if it runs (its broker and API server are restarted by
+the last two parts), else starts its own and stops it at the end.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ from antidote_devstack.paths import cache_dir  # noqa: E402
 IMMEDIATE, CYCLES = 1, 2
 POLICY = {"retries": {"immediate": IMMEDIATE, "cycles": CYCLES, "cycleDelay": "2s"}}
 PARTITIONS = 3
+# `make chaos` runs them all; the last three are in chaos_operator.py.
+PARTS = ("consumer", "operator", "broker", "apiserver")
 
 
 def log(text: str) -> None:
@@ -293,7 +300,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jitter", type=float, default=4.0,
                     help="a consumer is killed up to this many seconds (uniform) after it first wrote")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--operator-kills", type=int, default=20,
+                    help="SIGKILLs of the operator (chaos_operator.py)")
+    ap.add_argument("--restart-messages", type=int, default=5000,
+                    help="messages the consumer reads while the broker is killed and restarted")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"which parts to run, comma-separated (default all: {','.join(PARTS)})")
     args = ap.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        ap.error(f"--parts: unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     log(f"seed {seed}")
     reuse = os.environ.get("ANTIDOTE_STACK_DIR")
@@ -303,21 +320,58 @@ def main(argv: list[str] | None = None) -> int:
         own = cache_dir() / "chaos-stack"
         s = devstack.up(own)
     folder = Path(tempfile.mkdtemp(prefix="antidote-chaos-"))
+    ok = True
     try:
-        c, a = run_chaos(s, messages=args.messages, kills=args.kills, poison_rate=args.poison_rate,
-                         seed=seed, checkpoint_loss=args.checkpoint_loss, max_batch=args.max_batch,
-                         jitter=args.jitter, folder=folder)
+        if "consumer" in parts:
+            (folder / "consumer").mkdir()
+            c, a = run_chaos(s, messages=args.messages, kills=args.kills, poison_rate=args.poison_rate,
+                             seed=seed, checkpoint_loss=args.checkpoint_loss, max_batch=args.max_batch,
+                             jitter=args.jitter, folder=folder / "consumer")
+            print(f"consumer chaos (seed {seed}): {c.kills} SIGKILLs, {c.checkpoints_lost} checkpoints "
+                  f"lost, {c.resumes} resumes after the crash-loop guard, {c.exited_before_kill} runs "
+                  f"ended before their kill, {c.seconds:.0f}s")
+            for line in a.lines():
+                print(f"  {line}")
+            print("  result: " + ("PASS (0 lost / 0 duplicated quarantine / 0 wrong attempts)"
+                                  if a.ok else "FAIL"), flush=True)
+            ok &= a.ok
+        ok &= run_other_parts(s, parts, args, seed, folder)
     finally:
         if own is not None:
             devstack.down(own)
-    print(f"consumer chaos (seed {seed}): {c.kills} SIGKILLs, {c.checkpoints_lost} checkpoints "
-          f"lost, {c.resumes} resumes after the crash-loop guard, {c.exited_before_kill} runs "
-          f"ended before their kill, {c.seconds:.0f}s")
-    for line in a.lines():
-        print(f"  {line}")
-    print("result: " + ("PASS (0 lost / 0 duplicated quarantine / 0 wrong attempts)" if a.ok else "FAIL"))
-    shutil.rmtree(folder, ignore_errors=True)
-    return 0 if a.ok else 1
+    print("chaos: " + ("PASS" if ok else f"FAIL (logs in {folder})"))
+    if ok:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def run_other_parts(s: devstack.Stack, parts: list[str], args: argparse.Namespace, seed: int,
+                    folder: Path) -> bool:
+    """The operator's kills and the restarts of the broker and the API server
+    (chaos_operator.py); prints their figures, True if all passed."""
+    from benchmarks import chaos_operator as co
+
+    ok = True
+    if "operator" in parts:
+        o = co.run_operator_chaos(s, kills=args.operator_kills, seed=seed, jitter=1.0,
+                                  folder=folder / "operator")
+        print(f"operator chaos (seed {seed}):")
+        for line in o.lines():
+            print(f"  {line}")
+        print("  result: " + ("PASS" if o.ok else "FAIL"), flush=True)
+        ok &= o.ok
+    restarts = []
+    if "broker" in parts:
+        restarts.append(co.run_broker_restart(s, messages=args.restart_messages, poison_rate=args.poison_rate,
+                                              seed=seed, folder=folder / "broker"))
+    if "apiserver" in parts:
+        restarts.append(co.run_apiserver_restart(s, folder=folder / "apiserver"))
+    for r in restarts:
+        for line in r.lines():
+            print(line)
+        print("  result: " + ("PASS" if r.ok else "FAIL"), flush=True)
+        ok &= r.ok
+    return ok
 
 
 if __name__ == "__main__":
