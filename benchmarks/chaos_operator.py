@@ -93,6 +93,16 @@ def _settings(k: Cluster, name: str) -> EffectiveSettings | None:
     return EffectiveSettings.model_validate(yaml.safe_load(cm.data["settings.yaml"]))
 
 
+def own_children(k: Cluster, name: str) -> dict[str, list[str]]:
+    """The consumer's children by kind, with the reader's (created by its first drain) under
+    "reader"."""
+    out: dict[str, list[str]] = {"reader": []}
+    for kind, names in k.children(name).items():
+        out[kind] = sorted(n for n in names if not n.endswith("-reader"))
+        out["reader"] += sorted(f"{kind}/{n}" for n in names if n.endswith("-reader"))
+    return out
+
+
 def _reader_entry(k: Cluster, name: str, job: str) -> dict[str, Any] | None:
     entries = ((k.qc(name) or {}).get("status") or {}).get("readerJobs") or []
     return next((e for e in entries if e.get("name") == job), None)
@@ -103,6 +113,9 @@ class Want:
     """What one consumer should be, and the transitions it went through."""
 
     paused: bool = False
+    # Its children once settled after its creation (by kind, reader's apart): what every
+    # later reconcile must leave, neither doubled nor missing.
+    children: dict[str, list[str]] | None = None
     drains: list[str] = field(default_factory=list)
     transitions: Counter = field(default_factory=Counter)
 
@@ -236,13 +249,12 @@ class _OperatorRun:
         """What is wrong with consumer `name` against what it should be ([] if nothing)."""
         k, w = self.k, self.want[name]
         wrong = []
-        kids = {kind: sorted(names) for kind, names in k.children(name).items()}
-        want_kids = {"ConfigMap": [f"{name}-settings"],
-                     "ServiceAccount": [f"{name}-driver"] + ([f"{name}-reader"] if w.drains else []),
-                     "Role": [f"{name}-driver"], "RoleBinding": [f"{name}-driver"], "Service": [name],
-                     "Deployment": [name]}
-        if kids != want_kids:
-            wrong.append(f"{name}: children {kids}")
+        kids = own_children(k, name)
+        readers = bool(kids.pop("reader"))
+        if (kids != w.children if w.children is not None else not all(kids.values())) \
+                or readers != bool(w.drains):
+            wrong.append(f"{name}: children {kids} (reader's: {readers}), want {w.children} "
+                         f"(reader's: {bool(w.drains)})")
         if k.replicas(name) != (0 if w.paused else 1):
             wrong.append(f"{name}: replicas {k.replicas(name)}, paused={w.paused}")
         want_paused = ("True", "UserRequested") if w.paused else ("False", "NotPaused")
@@ -308,6 +320,9 @@ def run_operator_chaos(s: devstack.Stack, *, kills: int, seed: int, jitter: floa
             run.start_operator()
             _until_right(lambda: [w for n in changed for w in run.state_ok(n)],
                          f"round {i + 1} ({action}): its whole effect after the restart", round_timeout)
+            if action == "create":
+                name = f"c{len(run.want) - 1}"  # the one just created
+                run.want[name].children = _settled_children(k, name)
             if (i + 1) % 5 == 0:
                 log(f"operator: {i + 1}/{kills} rounds")
         # The last operator is left alone: the state must stay put, and nothing more be posted.
@@ -319,6 +334,19 @@ def run_operator_chaos(s: devstack.Stack, *, kills: int, seed: int, jitter: floa
         api.close()
     run.result.seconds = time.monotonic() - started
     return run.result
+
+
+def _settled_children(k: Cluster, name: str, quiet: float = 2.0, timeout: float = 30.0) -> dict[str, list[str]]:
+    last, since = own_children(k, name), time.monotonic()
+    while time.monotonic() - since < quiet:
+        if time.monotonic() - since > timeout:
+            raise AssertionError(f"{name}'s children never settled: {last}")
+        time.sleep(0.5)
+        now = own_children(k, name)
+        if now != last:
+            last, since = now, time.monotonic()
+    last.pop("reader")
+    return last
 
 
 def _until_right(problems: Any, what: str, timeout: float) -> None:
@@ -454,7 +482,7 @@ def run_apiserver_restart(s: devstack.Stack, *, folder: Path, consumers: int = 3
         k.patch("queueconsumers", names[0], {"spec": {"paused": True}})
         try:
             for n in names + ["after"]:
-                wait_for(lambda n=n: all(len(v) == 1 for v in k.children(n).values())
+                wait_for(lambda n=n: all(v for kind, v in own_children(k, n).items() if kind != "reader")
                          and k.replicas(n) == (0 if n == names[0] else 1), f"{n}'s children", timeout,
                          errors=(ApiException,))
             k.wait_condition(names[0], "Paused", "True", "UserRequested", timeout)

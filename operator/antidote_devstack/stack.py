@@ -196,7 +196,7 @@ def restart(state_dir: Path, name: str, down_for: float = 0.0, timeout: float = 
         check = lambda: kafka.ready(bootstrap)  # noqa: E731
     else:
         pki = ensure_pki(state_dir / "pki")
-        check = lambda: controlplane.apiserver_ready(stack.apiserver_port, pki)  # noqa: E731
+        check = lambda: controlplane.apiserver_ready(stack.apiserver_port, pki, stack.host)  # noqa: E731
     started = time.monotonic()
     sup.kill(name)
     time.sleep(down_for)  # the outage itself, as long as asked (not a wait for a condition)
