@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from antidote_consumer.topics import KafkaUnreachable, TopicMisfit, reachable
 
     try:  # before Spark starts: an unreachable broker is one line, not Spark's start-up and a trace
-        reachable(source_config(settings), settings.source.bootstrap_servers)
+        # Credentials first (a secretRef: one connection), so refused ones are named as such.
+        reachable(source_config(settings, verify=True), settings.source.bootstrap_servers)
     except KafkaAuthError as err:
         print(f"antidote consumer: {err}", file=sys.stderr)
         return 2
