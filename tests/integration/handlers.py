@@ -88,3 +88,9 @@ def crash_or_linger(msg):
     if msg.value == b"linger":
         time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "5")))
     return msg.value
+
+
+def header_names(msg):
+    """The names of the headers the handler is shown, as JSON."""
+    _record(msg)
+    return [k for k, _ in msg.headers]

@@ -221,3 +221,20 @@ def test_skip_reports_kafka_and_credential_errors_in_one_line(stack, tmp_path) -
     assert (out.returncode, out.stdout) == (1, "")
     (line,) = out.stderr.splitlines()
     assert line.startswith("error: Kafka secret 'orders-kafka': ") and "nowhere/orders-kafka does not exist" in line
+
+
+def test_the_handler_never_sees_antidote_headers_of_a_source_record(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    # A copy of a quarantined record, produced back to the source by hand.
+    hdrs = [("trace", b"t"), ("antidote.reason", b"max-attempts"), ("antidote.consumer", b"x/y"),
+            ("antidote.redrive.count", b"1")]
+    produce(kafka_bootstrap, source, [(b"k", b"v", hdrs)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, handler="header_names")
+
+    code, _m = cu.run(spark, s)
+
+    assert code == ExitCode.OK
+    (out,) = read_all(kafka_bootstrap, sink)
+    assert json.loads(out.value) == ["trace", "antidote.redrive.count"]
+    assert list(out.headers) == hdrs  # the sink gets the headers as read
