@@ -121,13 +121,17 @@ class RetryReader:
                 continue
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
-                    self.ends[position_key(*where)] = msg.offset()
+                    # Read to the end: what is before it is in `rows`, another consumer's, or a
+                    # transaction marker. Committing this position (with the rows) keeps the
+                    # markers and others' records behind it, so their expiry is not taken for
+                    # a loss (see _expired).
+                    self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset()
                     open_parts.discard(where)
                     continue
                 raise RuntimeError(f"retry topic {msg.topic()}: {msg.error()}")
             owner = consumer_of(msg.headers()) if self.owner is not None else None
             if owner is not None and owner != self.owner:
-                self.ends[position_key(*where)] = msg.offset() + 1
+                self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset() + 1
                 continue
             due = due_of(msg.headers())
             if due > now_ms:
