@@ -13,9 +13,9 @@ INTEGRATION = Path(__file__).parent / "integration"
 # (30-130 s a test in CI on 2 cores). Collected first, they start first on the xdist
 # workers and the short tests fill in at the end; in the default order they came last, and
 # one worker ran the final few minutes alone. (The Makefile's worksteal does the rest.)
-SLOW_FIRST = ["test_skip_cli.py", "test_demo.py", "test_consumer_process.py", "test_reader_jobs.py",
-              "test_operator_queue_disable.py", "test_oncall_cli.py", "test_consumer_credentials.py",
-              "test_consumer_edges.py", "test_consumer_failures.py"]
+SLOW_FIRST = ["test_chaos.py", "test_skip_cli.py", "test_demo.py", "test_consumer_process.py",
+              "test_reader_jobs.py", "test_operator_queue_disable.py", "test_oncall_cli.py",
+              "test_consumer_credentials.py", "test_consumer_edges.py", "test_consumer_failures.py"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,50 +1,51 @@
 """The failure ledger: a compacted Kafka topic, written only in transactions.
 
 Each batch's retry, poison and dead-letter records are produced in the same Kafka
-transaction as the ledger entries that say the batch is done (the source batch id, the
-retry topics' read positions, the counts). So quarantine records are written exactly once
-even when the consumer crashes and Spark replays a batch, and attempt counts travel in the
-retry records themselves. Why Kafka and not the Spark checkpoint: the checkpoint cannot be
-updated atomically with Kafka writes, and a checkpoint on local disk dies with its pod.
+transaction as the ledger entries that say the batch is done: the next offset of every
+source and retry partition the batch read, and the counts. So quarantine records are
+written exactly once even when the consumer crashes and Spark replays a batch, and attempt
+counts travel in the retry records themselves. What is accounted for is known by source
+position, never by Spark's batch id: a lost or replaced checkpoint starts the ids at 0
+again, and the positions still say, message by message, what already has its outcome.
+Why Kafka and not the Spark checkpoint: the checkpoint cannot be updated atomically with
+Kafka writes, and a checkpoint on local disk dies with its pod.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .kafka_retry import retrying
-
-log = logging.getLogger("antidote.consumer")
+from .transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter, transactional_id
 
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
-MAX_RECORD_BYTES = 64 * 1024 * 1024
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
-COMMIT_TIMEOUT_S = 60.0
-# What librdkafka and the broker say to a producer whose transactional id a newer one took.
-FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
-
-
-class LedgerFenced(RuntimeError):
-    """A newer instance with this consumer's transactional id owns the ledger: this one is a
-    zombie (a driver that lost its pod, a second replica) and must stop without writing."""
+LedgerFenced = Fenced  # a newer instance of this consumer owns its ledger: this one stops
+__all__ = ["MAX_RECORD_BYTES", "Ledger", "LedgerFenced", "LedgerState", "load_state", "transactional_id"]
 
 
 @dataclass
 class LedgerState:
-    committed_batch: int = -1  # last Spark batch id whose records are committed
-    started_batch: int = -1  # last Spark batch id begun (a crash leaves started > committed)
+    # The last Spark batch ids begun and committed: for logs only. What a batch skips is
+    # decided by `positions`, since a new checkpoint starts the ids at 0 again.
+    committed_batch: int = -1
+    started_batch: int = -1
+    in_batch: bool = False  # a source batch began and has not committed: a crash leaves it set
     consecutive_failures: int = 0
     disabled: str | None = None  # reason the consumer disabled itself, if it did
     resumed: str | None = None  # the last resume token honored (EffectiveSettings.resume_token)
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     attempts: int = 0
-    positions: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset
+    # "topic:partition" -> the next offset without an outcome, for the source topic and the
+    # retry topics alike: records below it are accounted for (committed with their outcomes).
+    positions: dict[str, int] = field(default_factory=dict)
+    # Where a consumer with startingOffsets latest first started, by source partition: with
+    # its checkpoint lost, a partition that never delivered a record starts there again.
+    source_start: dict[str, int] = field(default_factory=dict)
     # Where a Fault stopped (the record as read, and why), and the records an administrator
     # moved out of the way with `antidote skip` ("topic:partition:offset", as read).
     fault: dict | None = None
@@ -53,6 +54,7 @@ class LedgerState:
     def entries(self) -> dict[str, dict]:
         return {
             BATCH: {"committed": self.committed_batch, "started": self.started_batch,
+                    "inBatch": self.in_batch, "sourceStart": dict(self.source_start),
                     "consecutiveFailures": self.consecutive_failures, "disabled": self.disabled,
                     "resumed": self.resumed},
             COUNTS: {**self.counts, "attempts": self.attempts},
@@ -64,6 +66,9 @@ class LedgerState:
         if key == BATCH:
             self.committed_batch = value.get("committed", -1)
             self.started_batch = value.get("started", -1)
+            # Ledgers written before inBatch existed said it by started > committed.
+            self.in_batch = value.get("inBatch", self.started_batch > self.committed_batch)
+            self.source_start = dict(value.get("sourceStart") or {})
             self.consecutive_failures = value.get("consecutiveFailures", 0)
             self.disabled = value.get("disabled")
             self.resumed = value.get("resumed")
@@ -75,15 +80,6 @@ class LedgerState:
         elif key == SKIPS:
             self.fault = value.get("fault")
             self.skipped = list(value.get("skipped") or [])
-
-
-Record = tuple[str, int | None, bytes | None, bytes | None, list]  # topic, partition, key, value, headers
-
-
-def transactional_id(namespace: str, consumer: str) -> str:
-    """The one writer of a consumer's ledger: a second producer with this id fences the first."""
-    who = f"{namespace}-{consumer}".strip("-") or "antidote"
-    return f"antidote-{who}"
 
 
 def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -> LedgerState:
@@ -114,6 +110,9 @@ def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -
 
 
 class Ledger:
+    """A consumer's ledger: its state, loaded from the topic and committed with a batch's
+    records through the one transactional writer (see transactions)."""
+
     def __init__(self, bootstrap: str, topic: str, transactional_id: str,
                  client_conf: dict[str, str] | None = None):
         self.topic = topic
@@ -121,27 +120,15 @@ class Ledger:
         self.transactional_id = transactional_id
         self.conf = dict(client_conf or {})
         self.state = LedgerState()
-        # Why this instance was fenced. Kept as text: a kept exception would keep its
-        # traceback's frames, and with them the dead producer, alive.
-        self.fenced: str | None = None
-        self._producer: Producer | None = self._new_producer()
+        self.writer = TransactionalWriter(bootstrap, transactional_id, self.conf,
+                                          what=f"the ledger {topic}")
 
-    def _new_producer(self) -> Producer:
-        p = Producer({
-            **self.conf, "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
-            "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
-            # Quarantine keeps records whole, however large the source let them be.
-            "message.max.bytes": MAX_RECORD_BYTES})
-        # Fences any older instance with the same id (a zombie driver) and aborts its open
-        # transaction, so what it wrote half-way is never read.
-        p.init_transactions(60)
-        return p
+    @property
+    def fenced(self) -> str | None:
+        return self.writer.fenced
 
     def close(self) -> None:
-        """Let go of the producer (a later commit makes a new one). Left to the garbage
-        collector, an idle producer outlives its brokers and logs a refused connection a
-        second."""
-        self._producer = None
+        self.writer.close()
 
     def load(self) -> LedgerState:
         self.state = load_state(self.bootstrap, self.topic, self.conf)
@@ -152,73 +139,7 @@ class Ledger:
         """Produce `records` and `state`'s entries named by `keys` in one transaction; the
         in-memory state becomes `state` only once Kafka has committed it. Raises
         LedgerFenced, for good, once a newer instance has taken the transactional id."""
-        if self.fenced is not None:
-            raise LedgerFenced(self.fenced)
-        if self._producer is None:
-            self._producer = self._new_producer()
-        p = self._producer
-        try:
-            p.begin_transaction()
-            try:
-                for topic, partition, key, value, headers in records:
-                    # Spark hands binary columns over as bytearray; the client wants bytes.
-                    key, value = _bytes(key), _bytes(value)
-                    headers = [(k, _bytes(v)) for k, v in headers or ()]
-                    if partition is None:
-                        p.produce(topic, key=key, value=value, headers=headers or None)
-                    else:
-                        p.produce(topic, key=key, value=value, headers=headers or None, partition=partition)
-                    p.poll(0)
-                entries = state.entries()
-                for k in keys:
-                    p.produce(self.topic, key=k.encode(), value=json.dumps(entries[k]).encode())
-                self._commit_transaction(p)
-            except BaseException as err:
-                self._abort(p, err)
-                raise
-        except KafkaException as err:
-            if err.args[0].code() in FENCED:
-                self._fence(err)
-            if self.fenced is not None:
-                raise LedgerFenced(self.fenced) from err
-            raise
+        entries = state.entries()
+        self.writer.transaction(records, then=[(self.topic, None, k.encode(), json.dumps(entries[k]).encode(), [])
+                                               for k in keys])
         self.state = state
-
-    def _fence(self, err: KafkaException) -> None:
-        self._producer = None
-        self.fenced = (
-            f"the ledger {self.topic} was taken over by a newer instance of this consumer "
-            f"(transactional id {self.transactional_id!r}): this one stops without writing "
-            f"({err.args[0].str()})")
-
-    @staticmethod
-    def _commit_transaction(p: Producer) -> None:
-        # A retriable error (a timeout) leaves the commit in flight: librdkafka wants the same
-        # call again, and refuses any other transactional call until it ends.
-        deadline = time.monotonic() + COMMIT_TIMEOUT_S
-        while True:
-            try:
-                p.commit_transaction(max(1.0, deadline - time.monotonic()))
-                return
-            except KafkaException as err:
-                if not err.args[0].retriable() or time.monotonic() >= deadline:
-                    raise
-
-    def _abort(self, p: Producer, err: BaseException) -> None:
-        if isinstance(err, KafkaException) and err.args[0].fatal():
-            self._producer = None  # unusable; a fenced one is never replaced
-            return
-        try:
-            p.abort_transaction(30)
-        except KafkaException as abort_err:
-            # An abort must not hide why the transaction failed. The producer may be stuck
-            # (a commit still in flight): a new one's init_transactions aborts what is open,
-            # unless the abort says we are fenced (a new one would fence the newer owner).
-            log.warning("could not abort the ledger transaction (%s) after: %s", abort_err, err)
-            self._producer = None
-            if abort_err.args[0].code() in FENCED:
-                self._fence(abort_err)
-
-
-def _bytes(x):
-    return bytes(x) if isinstance(x, (bytearray, memoryview)) else x

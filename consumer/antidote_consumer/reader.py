@@ -21,18 +21,19 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from antidote_api.names import reader_group_id, transactional_id
 from antidote_api.semantics import EffectiveSettings
 
 from . import headers as h
 from . import kafka_auth
 from .kafka_retry import retrying
-from .ledger import MAX_RECORD_BYTES
 from .reader_rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
                            original_partition, plan, redrive_count, redrive_headers)
 from .topics import ledger_topic, max_message_bytes, partitions_of, wait_ready
+from .transactions import RecordRefused, TransactionalWriter
 
 log = logging.getLogger("antidote.reader")
 
@@ -47,7 +48,7 @@ def parking_topic(source: str) -> str:
 
 
 def group_id(settings: EffectiveSettings) -> str:
-    return f"antidote-reader-{settings.namespace}-{settings.consumer}"
+    return reader_group_id(settings.namespace, settings.consumer)
 
 
 def reader_ledger(read_topic: str, settings: EffectiveSettings) -> str:
@@ -96,7 +97,7 @@ class _Run:
         self.ledger_topic = reader_ledger(self.topic, settings)
         self.limiter = RateLimiter(None if p.dry_run else p.rate)
         self.consumer: Consumer | None = None
-        self.producer: Producer | None = None
+        self.writer: TransactionalWriter | None = None  # not for a dry run
         self.progress: dict[int, Progress] = {}
         self.pending: str | None = None
         self.spark = spark
@@ -133,6 +134,8 @@ class _Run:
     def close(self) -> None:
         if self.consumer is not None:
             self.consumer.close()
+        if self.writer is not None:
+            self.writer.close()
         if self.own_spark and self.spark is not None:
             self.spark.stop()
 
@@ -178,15 +181,11 @@ class _Run:
             "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         if not self.p.dry_run:
             self._ensure(self.ledger_topic, None, {"cleanup.policy": "compact"})
-            who = f"{self.s.namespace}-{self.s.consumer}"
-            self.producer = Producer({
-                **self.conf, "bootstrap.servers": self.bootstrap,
-                "transactional.id": f"antidote-reader-{who}-{self.p.source}",
-                "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
-                "message.max.bytes": MAX_RECORD_BYTES})
             # Fences a killed (or still running) earlier reader and aborts its open
             # transaction, so nothing it did half-way is ever read.
-            self.producer.init_transactions(60)
+            self.writer = TransactionalWriter(
+                self.bootstrap, transactional_id(self.s.namespace, self.s.consumer, f"reader-{self.p.source}"),
+                self.conf, what=f"the reader ledger {self.ledger_topic}")
         self._load_ledger()
         if self.p.action == "Redrive":
             self.source_partitions = partitions_of(self.admin, self.s.topics.source)
@@ -455,44 +454,24 @@ class _Run:
     def _transaction(self, records: list, progress: dict[int, Progress], **pending) -> None:
         """Produce `records`, the ledger's progress (and pending slice) and the group offsets
         in one transaction; _Failed (aborted, nothing written) when a record is refused."""
-        p = self.producer
-        errors: list[str] = []
+        paced = (self.s.topics.source, parking_topic(self.s.topics.source))
 
-        def delivered(err, _msg):
-            if err is not None:
-                errors.append(str(err))
+        def pace(topic: str) -> None:
+            if topic in paced:
+                self.limiter.acquire()  # redrives are paced; dispositions are not
 
-        p.begin_transaction()
+        then = [(self.ledger_topic, None, f"partition-{part}".encode(), json.dumps(prog.to_json()).encode(), [])
+                for part, prog in progress.items()]
+        if "pending" in pending:
+            then.append((self.ledger_topic, None, b"pending",
+                         json.dumps({"slice": pending["pending"]}).encode(), []))
+        offsets = [TopicPartition(self.topic, part, prog.next) for part, prog in progress.items()]
         try:
-            for topic, partition, key, value, headers in records:
-                if topic in (self.s.topics.source, parking_topic(self.s.topics.source)):
-                    self.limiter.acquire()  # redrives are paced; dispositions are not
-                kw = {} if partition is None else {"partition": partition}
-                try:
-                    p.produce(topic, key=key, value=value, headers=headers or None,
-                              on_delivery=delivered, **kw)
-                except (KafkaException, BufferError) as err:
-                    errors.append(str(err))
-                    break
-                p.poll(0)
-            if not errors:
-                p.flush(60)
-            if errors:
-                raise _Failed(errors[0])
-            for part, prog in progress.items():
-                p.produce(self.ledger_topic, key=f"partition-{part}".encode(),
-                          value=json.dumps(prog.to_json()).encode())
-            if "pending" in pending:
-                p.produce(self.ledger_topic, key=b"pending",
-                          value=json.dumps({"slice": pending["pending"]}).encode())
-            if progress:
-                p.send_offsets_to_transaction(
-                    [TopicPartition(self.topic, part, prog.next) for part, prog in progress.items()],
-                    self.consumer.consumer_group_metadata(), 60)
-            p.commit_transaction(60)
-        except BaseException:
-            p.abort_transaction(60)
-            raise
+            self.writer.transaction(records, check_records=True, then=then, offsets=offsets or None,
+                                    group=self.consumer.consumer_group_metadata() if offsets else None,
+                                    before=pace)
+        except RecordRefused as err:
+            raise _Failed(str(err)) from None
         self.progress.update(progress)
         if "pending" in pending:
             self.pending = pending["pending"]

@@ -24,8 +24,8 @@ from .ledger import LedgerFenced
 from .metrics import Metrics
 from .retry_reader import RetryReader
 from .runtime import ExitCode, QueueDisabled, Runtime
-from .topics import (consumer_id, depth, ensure_topics, ledger_topic, max_message_bytes, reachable,
-                     source_lag)
+from .topics import (consumer_id, depth, end_offsets, ensure_topics, ledger_topic, max_message_bytes,
+                     reachable, source_lag)
 from .worker import INPUT_COLUMNS, INPUT_SCHEMA
 
 log = logging.getLogger("antidote.consumer")
@@ -35,8 +35,9 @@ def spark_session(settings: EffectiveSettings, master: str | None = None) -> Spa
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = dict(settings.spark.conf or {})
     builder = SparkSession.builder.appName(f"antidote-{settings.consumer or 'consumer'}")
-    master = (master or conf.pop("spark.master", None)
-              or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]"))
+    # The master is never the user's (spec.spark.conf may not set spark.master): the
+    # operator's --master, else ANTIDOTE_SPARK_MASTER for local runs and tests.
+    master = master or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]")
     builder = builder.master(master)
     if master.startswith("local"):
         # Local runs stay on loopback instead of whatever interface the hostname resolves to.
@@ -90,6 +91,21 @@ def committed_offsets(progress: dict | None, topic: str) -> dict[int, int] | Non
         if isinstance(end, dict) and topic in end:
             return {int(p): int(o) for p, o in end[topic].items()}
     return None
+
+
+def starting_offsets(topic: str, policy: str, partitions: int, floor: dict[int, int],
+                     start: dict[int, int]) -> str:
+    """The source query's startingOffsets. Spark reads them only when the checkpoint has no
+    offsets (a first start, or a lost or replaced checkpoint): then each partition starts
+    where the ledger's accounting ends (`floor`), else where a `latest` consumer first
+    started (`start`), else at its earliest record, as Spark starts a new partition. So a
+    lost checkpoint neither skips a message nor quarantines one twice."""
+    import json
+
+    if not floor and not start:
+        return policy
+    every = set(range(partitions)) | set(floor)
+    return json.dumps({topic: {str(p): floor.get(p, start.get(p, -2)) for p in sorted(every)}})
 
 
 # Depth and lag take ~10 offset requests: often enough for a scrape, not every pump round.
@@ -149,7 +165,7 @@ class Consumer:
                   .option("kafka.bootstrap.servers", src.bootstrap_servers)
                   .options(**kafka_auth.source_spark_options(self.s))
                   .option("subscribe", src.topic)
-                  .option("startingOffsets", src.starting_offsets)
+                  .option("startingOffsets", self._starting_offsets())
                   .option("maxOffsetsPerTrigger", str(src.max_messages_per_batch))
                   .option("includeHeaders", "true"))
         writer = (reader.load().writeStream.foreachBatch(self._source_batch)
@@ -158,6 +174,18 @@ class Consumer:
         writer = writer.trigger(availableNow=True) if until_idle else writer.trigger(
             processingTime=f"{self.interval} seconds")
         return writer.start()
+
+    def _starting_offsets(self) -> str:
+        floor = self.runtime.source_floor()
+        state = self.runtime.ledger.state
+        if self.s.source.starting_offsets == "latest" and not floor and not state.source_start:
+            # Where "latest" is now, kept: should the checkpoint be lost before a partition
+            # delivers a record, that partition starts here again, not at a later "latest".
+            self.runtime.record_source_start(end_offsets(self.offsets, self.s.source.topic,
+                                                         self.partitions))
+        start = {int(p): o for p, o in self.runtime.ledger.state.source_start.items()}
+        return starting_offsets(self.s.source.topic, self.s.source.starting_offsets,
+                                self.partitions, floor, start)
 
     # --- the retry pump -----------------------------------------------------------------
     def _read_due(self):

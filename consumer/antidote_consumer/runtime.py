@@ -61,10 +61,14 @@ class BatchResult:
     failures: list = field(default_factory=list)  # Rows of RESULT_SCHEMA (retry / final)
     n_ok: int = 0
     n_attempts: int = 0
+    ends: dict[tuple[str, int], int] = field(default_factory=dict)  # last offset read, by partition
 
     def merge(self, other: BatchResult) -> BatchResult:
+        ends = dict(self.ends)
+        for where, last in other.ends.items():
+            ends[where] = max(last, ends.get(where, -1))
         return BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
-                           self.n_attempts + other.n_attempts)
+                           self.n_attempts + other.n_attempts, ends)
 
 
 def worker_config(s: EffectiveSettings) -> WorkerConfig:
@@ -135,12 +139,12 @@ class Runtime:
         elif state.disabled:
             log.info("resuming a queue disabled for %s: consecutive failures reset", state.disabled)
             new.disabled, new.consecutive_failures = None, 0
-        elif state.started_batch > state.committed_batch:
+        elif state.in_batch:
             # The last run died inside batch `started`: a rollback, like a driver crash.
             new.consecutive_failures += 1
             log.warning("batch %d did not finish in the last run: counted as failure %d in a row",
                         state.started_batch, new.consecutive_failures)
-        new.started_batch = new.committed_batch
+        new.started_batch, new.in_batch = new.committed_batch, False
         threshold = self.s.queue_disable.consecutive_batch_failures
         if self.s.queue_disable.enabled and not state.disabled and new.consecutive_failures >= threshold:
             # A driver that dies in every batch never reaches the in-batch check: a crash loop
@@ -215,6 +219,9 @@ class Runtime:
             if r.kind == "summary":
                 result.n_ok += r.n_ok
                 result.n_attempts += r.n_attempts
+            elif r.kind == "end":
+                where = (r.topic, r.partition)
+                result.ends[where] = max(r.offset, result.ends.get(where, -1))
             else:
                 result.failures.append(r)
         return result
@@ -228,7 +235,7 @@ class Runtime:
         # overwrites it, and a replayed batch reads the same record first and overwrites its
         # own folder: idempotent. (Original offsets collide: a retried message's with the
         # batch it came from, partitions' with each other.)
-        first = mapped.filter("kind != 'summary'").selectExpr(
+        first = mapped.filter("kind NOT IN ('summary', 'end')").selectExpr(
             "min(struct(topic, partition, offset)) AS f").first().f
         if first is not None:
             out.write.mode("overwrite").format(self.s.sink.format).save(
@@ -241,13 +248,13 @@ class Runtime:
         with self.lock:
             if self.disabled:
                 raise self.disabled
-            state = self.ledger.state
             if batch_id is not None:
-                if batch_id <= state.committed_batch:
-                    log.info("batch %d was committed before a restart: skipped", batch_id)
-                    return
-                marked = copy.deepcopy(state)
-                marked.started_batch = batch_id
+                # A replayed batch (a crash after the ledger committed it, before the
+                # checkpoint did), or a new checkpoint that starts over: what the ledger
+                # already accounts for is passed over, message by message.
+                df = _unaccounted(df, self.source_floor())
+                marked = copy.deepcopy(self.ledger.state)
+                marked.started_batch, marked.in_batch = batch_id, True
                 self.ledger.commit(marked, keys=("batch",))
             started = time.monotonic()
             try:
@@ -263,6 +270,18 @@ class Runtime:
                 raise
             finally:
                 self.metrics.batch_seconds.labels(**self.metrics.ids).observe(time.monotonic() - started)
+
+    def record_source_start(self, ends: dict[int, int]) -> None:
+        with self.lock:
+            state = copy.deepcopy(self.ledger.state)
+            state.source_start = {str(p): o for p, o in ends.items()}
+            self.ledger.commit(state, keys=("batch",))
+
+    def source_floor(self) -> dict[int, int]:
+        """Source partition -> the next offset without an outcome, as the ledger says."""
+        prefix = f"{self.s.source.topic}:"
+        return {int(k[len(prefix):]): v for k, v in self.ledger.state.positions.items()
+                if k.startswith(prefix)}
 
     def _execute_with_rollbacks(self, df, local_rows: list | None = None) -> tuple[BatchResult, list]:
         threshold = self.s.queue_disable.consecutive_batch_failures
@@ -291,6 +310,11 @@ class Runtime:
         df = _frame(df)
         keys = [tuple(r) for r in df.select("topic", "partition", "offset")
                 .orderBy("topic", "partition", "offset").collect()]
+        # Every message of the batch gets its outcome here, the isolated ones too: the ends
+        # come from all of them, not from the segments that succeeded.
+        ends: dict[tuple[str, int], int] = {}
+        for topic, partition, offset in keys:
+            ends[(topic, partition)] = max(offset, ends.get((topic, partition), -1))
         log.warning("isolating the failure in a batch of %d messages by bisection", len(keys))
 
         def run(segment, again: bool = True):
@@ -316,8 +340,10 @@ class Runtime:
             raise QueueDisabled("ConsecutiveBatchFailures", f"{budget_err}; last error: "
                                 f"{_first_line(err)}") from err
         self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions)
+        merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
+        merged.ends = ends
         if not iso.culprits:
-            return functools.reduce(BatchResult.merge, iso.results, BatchResult()), []
+            return merged, []
         if not iso.results:
             # Nothing in the batch succeeds on its own: the environment is broken, not a message.
             raise QueueDisabled("ConsecutiveBatchFailures",
@@ -330,7 +356,7 @@ class Runtime:
         log.warning("isolated %d message(s) that fail the whole batch in %d re-executions: %s",
                     len(isolated), iso.executions,
                     ", ".join(f"{r.topic}/{r.partition}/{r.offset}" for r, _, _ in isolated))
-        return functools.reduce(BatchResult.merge, iso.results, BatchResult()), isolated
+        return merged, isolated
 
     # --- deciding and committing ----------------------------------------------------------
     def _systemic(self, result: BatchResult) -> bool:
@@ -419,6 +445,12 @@ class Runtime:
         state.consecutive_failures = 0
         if batch_id is not None:
             state.committed_batch = state.started_batch = batch_id
+            state.in_batch = False
+            source = s.source.topic
+            for (topic, partition), last in result.ends.items():
+                key = f"{topic}:{partition}"
+                if topic == source and last + 1 > state.positions.get(key, 0):
+                    state.positions[key] = last + 1
         if positions:
             state.positions.update(positions)
         self.ledger.commit(state, records)
@@ -542,6 +574,18 @@ def _isolated_at(raw, attempts: int, error: str, cycle: int, now: int) -> dict:
                 reason=Reason.BATCH_ISOLATION.value, attempts=attempts,
                 error_class="antidote.BatchFailure", error_message=error,
                 first_failure=now, last_failure=now, cycle=cycle)
+
+
+def _unaccounted(df, floor: dict[int, int]):
+    """`df` (a source batch) without the records below `floor` (partition -> next offset
+    without an outcome): those were committed with their outcomes by an earlier batch."""
+    if not floor:
+        return df
+    from pyspark.sql import functions as F
+
+    pairs = [x for p, o in sorted(floor.items()) for x in (F.lit(p), F.lit(o))]
+    below = F.coalesce(F.create_map(*pairs)[F.col("partition")], F.lit(0))
+    return df.filter(F.col("offset") >= below)
 
 
 def _segment_filter(keys):

@@ -185,6 +185,11 @@ def _ends(admin_consumer, topic: str, partition: int) -> tuple[int, int]:
         f"topic {topic}: reading its offsets")
 
 
+def end_offsets(admin_consumer, topic: str, partitions: int) -> dict[int, int]:
+    """Partition -> the offset the next record of `topic` will get."""
+    return {p: _ends(admin_consumer, topic, p)[1] for p in range(partitions)}
+
+
 def source_lag(admin_consumer, topic: str, committed: dict[int, int]) -> int:
     """Records after `committed` (partition -> next offset) up to the end of `topic`."""
     return sum(max(0, _ends(admin_consumer, topic, p)[1] - pos) for p, pos in committed.items())

@@ -1,7 +1,8 @@
 """The executor side: `mapInArrow` over a batch, one pass per message, outputs to the sink.
 
-Only what the driver must act on comes back: failed messages in full, and one summary row
-per task (successes and handler calls). Successful outputs never travel to the driver.
+Only what the driver must act on comes back: failed messages in full, one summary row per
+task (successes and handler calls), and one "end" row per partition read (its last offset,
+which the ledger records as accounted for). Successful outputs never travel to the driver.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ INPUT_COLUMNS = [name for name, _ in INPUT_FIELDS]
 INPUT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in INPUT_FIELDS)
 
 # Rows the driver gets back: failed messages (and, for path sinks, outputs), plus one
-# "summary" row per task. o* columns are the original coordinates; topic/partition/offset
+# "summary" row per task and an "end" row per (topic, partition) read, whose offset is the
+# last one the task read there (whatever its outcome). o* columns are the original coordinates; topic/partition/offset
 # are where the record was read (the source or a retry topic).
 RESULT_COLUMNS = [
     ("kind", "string"), ("key", "binary"), ("value", "binary"), ("headers", HEADERS),
@@ -124,6 +126,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
         _sink_errors.clear()
 
     n_ok = n_attempts = 0
+    ends: dict[tuple[str, int], int] = {}
     faulted: set[tuple[str, int]] = set()  # (topic, partition) stopped at a poison message
     source = cfg.source_topic
     fault_stops = cfg.fault_stops
@@ -133,6 +136,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     # The hot loop: a success costs one Message, one handler call and one produce; everything a
     # failure needs (origin, headers parsing, error details) is built only on failure.
     for batch in batches:
+        _note_ends(batch, ends)
         keys, values, topics, parts, offsets, stamps, headers = (
             batch.column(name).to_pylist() for name in INPUT_COLUMNS)
         out: dict[str, list] = {name: [] for name in RESULT_FIELDS}
@@ -223,8 +227,12 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             producer.flush(5)
             raise RuntimeError(f"sink topic {sink_topic}: {len(_sink_errors)} outputs refused, "
                                f"{remaining} unsent after {SINK_WAIT_S:g}s; errors: {_sink_errors[:3]}")
-    summary = {name: [None] for name in RESULT_FIELDS}
-    summary.update(kind=["summary"], n_ok=[n_ok], n_attempts=[n_attempts])
+    n = 1 + len(ends)
+    summary = {name: [None] * n for name in RESULT_FIELDS}
+    summary.update(kind=["summary"] + ["end"] * len(ends), n_ok=[n_ok] + [0] * len(ends),
+                   n_attempts=[n_attempts] + [0] * len(ends),
+                   topic=[None] + [t for t, _ in ends], partition=[None] + [p for _, p in ends],
+                   offset=[None] + list(ends.values()))
     yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())
 
 
@@ -233,6 +241,21 @@ def _has_ours(headers) -> bool:
         if k.startswith(h.PREFIX) and k != h.REDRIVE_COUNT:
             return True
     return False
+
+
+def _note_ends(batch, ends: dict[tuple[str, int], int]) -> None:
+    """The last offset of each (topic, partition) in an Arrow batch, folded into `ends`.
+    Vectorized: a Kafka source task reads one partition, so this is one group."""
+    import pyarrow as pa
+
+    if batch.num_rows == 0:
+        return
+    table = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])])
+    groups = table.group_by(["topic", "partition"]).aggregate([("offset", "max")])
+    for topic, partition, last in zip(*(groups.column(c).to_pylist()
+                                        for c in ("topic", "partition", "offset_max"))):
+        if last > ends.get((topic, partition), -1):
+            ends[(topic, partition)] = last
 
 
 def _origin(msg: Message) -> h.Origin:

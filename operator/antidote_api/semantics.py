@@ -107,6 +107,8 @@ def message_checker(validation: Validation | None) -> Callable[[bytes | None], s
             return f"value is not JSON: {err.msg} at line {err.lineno} column {err.colno}"
         except ValueError as err:
             return f"value is not JSON: {err}"
+        except RecursionError:  # "[[[[..." deeper than the parser goes: not a crash of the task
+            return "value is not JSON: nested too deeply"
         if schema is not None:
             error = jsonschema.exceptions.best_match(schema.iter_errors(doc))
             if error is not None:

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from antidote_devstack import build, stack
+from antidote_devstack.certs import ensure_pki
+from antidote_devstack.node import node_ready
 from antidote_devstack.errors import StackError
 
 
@@ -26,6 +28,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--with", dest="extra", action="append", default=[],
                     choices=["kube-controller-manager", "kube-scheduler"],
                     help="also build this optional component")
+    up.add_argument("--node", action="store_true",
+                    help="also run a one-node cluster (containerd, kubelet, kube-proxy, CoreDNS) "
+                         "that runs pods; needs root (docs/node.md)")
     up.set_defaults(run=_up)
     add("down", "stop everything the stack started").set_defaults(run=_down)
     add("env", "print shell exports for the running stack").set_defaults(run=_env)
@@ -33,6 +38,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     b = add("build", "build and cache binaries and jars, start nothing")
     b.add_argument("--with", dest="extra", action="append", default=[],
                    choices=["kube-controller-manager", "kube-scheduler"])
+    b.add_argument("--node", action="store_true",
+                   help="also build the node's binaries and images (and install its Debian packages)")
     b.set_defaults(run=_build)
 
 
@@ -47,7 +54,7 @@ def _fail(err: StackError) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra))
+        s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node)
     except StackError as err:
         return _fail(err)
     print(f"# stack running in {s.dir}; load it with: eval \"$(antidote dev env)\"")
@@ -74,13 +81,19 @@ def _status(args: argparse.Namespace) -> int:
     if s is None:
         print("not running")
         return 1
-    print(f"running: API server {s.server} ({s.kube_version}), Kafka {s.kafka_bootstrap}, dir {s.dir}")
+    node = ""
+    if s.node:
+        pki = ensure_pki(Path(s.dir) / "pki")
+        ready = node_ready(s.host, s.apiserver_port, pki)
+        node = f", node {s.node} {'Ready' if ready else 'NotReady'}"
+    print(f"running: API server {s.server} ({s.kube_version}), Kafka {s.kafka_bootstrap}{node}, "
+          f"dir {s.dir}")
     return 0
 
 
 def _build(args: argparse.Namespace) -> int:
     try:
-        build.build_all(build.DEFAULT_BINARIES + tuple(args.extra))
+        build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node)
     except StackError as err:
         return _fail(err)
     return 0

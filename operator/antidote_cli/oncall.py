@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from antidote_api.names import reader_group_id
+
 GROUP, VERSION, PLURAL = "antidote.dev", "v1alpha1", "queueconsumers"
 RESUME_ANNOTATION = "antidote.dev/resume"
 REDRIVE_COUNT = "antidote.redrive.count"
@@ -270,13 +272,13 @@ def render_table(rows: Sequence[Quarantined], *, show_payload: bool = False, wid
 
 # --- commands -----------------------------------------------------------------------------------
 
-def _since(text: str | None) -> datetime | None:
+def _since(text: str | None, flag: str = "--since") -> datetime | None:
     if text is None:
         return None
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise CliError(f"--since: {text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00Z)") from None
+        raise CliError(f"{flag}: {text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00Z)") from None
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
@@ -291,13 +293,14 @@ def _props(items: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    # The arguments first: a bad one is named before any cluster is asked.
+    filters = {"error_classes": args.error_class or [], "reasons": args.reason or [], "since": _since(args.since)}
     k = Cluster(args)
     qc = k.consumer(args.consumer)
     s = k.settings(args.consumer)
     topic = s.topics.dlq if args.dlq else s.topics.poison
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
-    group = f"antidote-reader-{s.namespace}-{s.consumer}"
-    filters = {"error_classes": args.error_class or [], "reasons": args.reason or [], "since": _since(args.since)}
+    group = reader_group_id(s.namespace, s.consumer)
     rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
                                       props=_props(args.kafka_property or []), filters=filters)
     if args.output == "json":
@@ -355,7 +358,7 @@ def drain_request(args: argparse.Namespace) -> Any:
     from antidote_operator.reader_jobs import DrainRequest
 
     since = _since(args.since)
-    until = _since(args.until)
+    until = _since(args.until, "--until")
     rid = args.request_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
     return DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
                         reasons=tuple(args.reason or ()), since=since and since.isoformat(),
@@ -382,9 +385,9 @@ def job_report(k: Cluster, job: Any) -> str | None:
 def cmd_drain(args: argparse.Namespace) -> int:
     from antidote_operator.reader_jobs import DRAIN_ANNOTATION, drain_job_name
 
+    req = drain_request(args)  # a bad argument is named before any cluster is asked
     k = Cluster(args)
     k.consumer(args.consumer)
-    req = drain_request(args)
     k.patch_consumer(args.consumer, {"metadata": {"annotations": {DRAIN_ANNOTATION: req.annotation()}}})
     name = drain_job_name(args.consumer, req.id)
     if not args.wait:

@@ -21,6 +21,8 @@ from .progress import say, step
 
 KUBE_VERSION = "v1.36.3"
 HELM_VERSION = "v3.20.2"
+CONTAINERD_VERSION = "v2.2.9"  # the require in hack/containerd/go.mod
+KUBE_TAGS = "selinux,notest,grpcnotrace"
 
 
 def _kube_ldflags() -> tuple[str, ...]:
@@ -47,15 +49,29 @@ class GoBinary:
     tags: str = ""
 
 
+def _containerd_ldflags() -> tuple[str, ...]:
+    return ("-s", "-w", f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}")
+
+
 GO_BINARIES = {
     b.name: b
     for b in (
         GoBinary("kube-apiserver", "k8s", "k8s.io/kubernetes/cmd/kube-apiserver",
-                 _kube_ldflags(), "selinux,notest,grpcnotrace"),
+                 _kube_ldflags(), KUBE_TAGS),
         GoBinary("kube-controller-manager", "k8s", "k8s.io/kubernetes/cmd/kube-controller-manager",
-                 _kube_ldflags(), "selinux,notest,grpcnotrace"),
+                 _kube_ldflags(), KUBE_TAGS),
         GoBinary("kube-scheduler", "k8s", "k8s.io/kubernetes/cmd/kube-scheduler",
-                 _kube_ldflags(), "selinux,notest,grpcnotrace"),
+                 _kube_ldflags(), KUBE_TAGS),
+        GoBinary("kubelet", "k8s", "k8s.io/kubernetes/cmd/kubelet", _kube_ldflags(), KUBE_TAGS),
+        GoBinary("kube-proxy", "k8s", "k8s.io/kubernetes/cmd/kube-proxy", _kube_ldflags(), KUBE_TAGS),
+        GoBinary("containerd", "containerd", "github.com/containerd/containerd/v2/cmd/containerd",
+                 _containerd_ldflags()),
+        GoBinary("containerd-shim-runc-v2", "containerd",
+                 "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+                 _containerd_ldflags()),
+        GoBinary("ctr", "containerd", "github.com/containerd/containerd/v2/cmd/ctr",
+                 _containerd_ldflags()),
+        GoBinary("coredns", "coredns", "antidote.dev/hack/coredns"),
         GoBinary("etcd", "etcd", "antidote.dev/hack/etcd"),
         GoBinary("helm", "helm", "helm.sh/helm/v3/cmd/helm",
                  ("-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")),
@@ -66,6 +82,24 @@ JAR_SETS = {"kafka": "kafka", "spark": "spark"}  # name -> folder under hack/ wi
 
 # What the stack needs to run; kube-controller-manager and kube-scheduler are opt-in.
 DEFAULT_BINARIES = ("etcd", "kube-apiserver", "helm")
+# What the node adds (`--node`): built only when asked for, so a stack without a node (and
+# `make test` before its tests use one) never pays for them.
+NODE_BINARIES = ("kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy",
+                 "containerd", "containerd-shim-runc-v2", "ctr", "coredns")
+
+# The node's Debian packages: what must exist -> the package that provides it.
+NODE_PACKAGES = {
+    "/usr/sbin/runc": "runc",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+    "/usr/sbin/iptables": "iptables",
+    "/usr/sbin/conntrack": "conntrack",
+    "/usr/bin/umoci": "umoci",  # packs the sandbox (pause) image
+    "/usr/bin/gcc": "gcc",  # compiles pause.c, statically (libc6-dev)
+    "/usr/lib/x86_64-linux-gnu/libc.a": "libc6-dev",
+    "/bin/busybox": "busybox-static",  # the test image (nslookup, nc in a pod)
+    "/usr/bin/mmdebstrap": "mmdebstrap",  # the Debian base image ...
+    "/usr/bin/buildah": "buildah",  # ... committed (and later built on) with buildah
+}
 
 
 def _require(tool: str, step_name: str, hint: str) -> str:
@@ -162,12 +196,37 @@ def build_jars(name: str) -> Path:
     return target
 
 
-def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES) -> dict[str, Path]:
-    """Everything `dev up` and the tests need; returns name -> path."""
+def ensure_node_packages() -> None:
+    """Install the node's Debian packages when missing (as root); else say which are needed."""
+    missing = sorted({pkg for path, pkg in NODE_PACKAGES.items() if not Path(path).exists()})
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise StackError("node packages", "the node needs root and the Debian packages "
+                         f"{', '.join(missing)}: sudo apt-get install {' '.join(missing)}")
+    log = cache_dir() / "logs" / "apt-node.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    with step(f"installing Debian packages for the node: {' '.join(missing)}"):
+        _run_logged(["apt-get", "update", "-qq"], HACK, env, log, "node packages")
+        _run_logged(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                    HACK, env, log, "node packages")
+
+
+def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False) -> dict[str, Path]:
+    """Everything `dev up` and the tests need; returns name -> path. `node` adds the node's
+    binaries, its Debian packages and its images."""
     paths: dict[str, Path] = {}
+    if node:
+        ensure_node_packages()
+        binaries = tuple(dict.fromkeys(binaries + NODE_BINARIES))
     for name in binaries:
         paths[name] = build_go(name)
     for name in JAR_SETS:
         paths[f"{name}-jars"] = build_jars(name)
+    if node:
+        from . import images  # noqa: PLC0415 - only the node needs it
+
+        paths.update(images.build_all())
     say("build: all artefacts ready in " + str(cache_dir()))
     return paths

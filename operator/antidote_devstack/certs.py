@@ -15,7 +15,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local")
-SERVER_IPS = ("127.0.0.1", "10.0.0.1")
+# 10.88.0.1: the node's bridge gateway, where pods reach the host (see node.py).
+SERVER_IPS = ("127.0.0.1", "10.0.0.1", "10.88.0.1")
 
 
 @dataclass(frozen=True)
@@ -104,3 +105,21 @@ def ensure_pki(directory: Path) -> Pki:
     pki.sa_pub.write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     return pki
+
+
+def client_cert(pki: Pki, name: str, cn: str, org: str | None = None) -> tuple[Path, Path]:
+    """A client cert signed by the stack's CA for one component (the node's kubelet,
+    controllers, kube-proxy, CoreDNS): its user is `cn`, its group `org`. Created once per
+    stack directory, beside the CA."""
+    cert, key = pki.ca_cert.parent / f"{name}.crt", pki.ca_cert.parent / f"{name}.key"
+    if cert.exists() and key.exists():
+        return cert, key
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    k = _key()
+    signed = (_builder(_name(cn, org), ca.subject, k.public_key())
+              .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    _write_key(key, k)
+    _write_cert(cert, signed)
+    return cert, key

@@ -26,34 +26,49 @@ def etcd_command(binary: Path, data_dir: Path, client_port: int, peer_port: int)
             "--unsafe-no-fsync", "--log-level=warn"]
 
 
-def apiserver_command(binary: Path, pki: Pki, etcd_port: int, port: int) -> list[str]:
+def apiserver_command(binary: Path, pki: Pki, etcd_port: int, port: int,
+                      host: str = "127.0.0.1", node: bool = False) -> list[str]:
+    """`host`: the one address it binds and advertises (the Service `kubernetes` points
+    there): loopback, or with a node the bridge's gateway, which the host and pods reach."""
+    if node:
+        # Kubelets are authorized as nodes; the controller-manager mints the pods'
+        # service accounts, so the ServiceAccount admission plugin can stay on.
+        access = ["--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+                  f"--kubelet-client-certificate={pki.admin_cert}",
+                  f"--kubelet-client-key={pki.admin_key}",
+                  # The node's name is no host name: logs and exec go to its InternalIP.
+                  "--kubelet-preferred-address-types=InternalIP"]
+    else:
+        # No controller-manager mints tokens for pods here (as in envtest).
+        access = ["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
     return [str(binary),
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--bind-address={host}", f"--advertise-address={host}", f"--secure-port={port}",
             f"--tls-cert-file={pki.server_cert}", f"--tls-private-key-file={pki.server_key}",
             f"--client-ca-file={pki.ca_cert}",
-            "--authorization-mode=RBAC",
+            *access,
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # No controller-manager mints tokens for pods here (as in envtest).
-            "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
             "--enable-priority-and-fairness=false",
             "--v=0"]
 
 
-def write_kubeconfig(path: Path, pki: Pki, port: int) -> None:
+def write_kubeconfig(path: Path, pki: Pki, port: int, cert: Path | None = None,
+                     key: Path | None = None, host: str = "127.0.0.1") -> None:
+    """A kubeconfig for the admin (system:masters), or for the user of `cert` and `key`."""
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
 
     config = {
         "apiVersion": "v1", "kind": "Config", "preferences": {},
         "clusters": [{"name": "antidote-dev", "cluster": {
-            "server": f"https://127.0.0.1:{port}", "certificate-authority-data": b64(pki.ca_cert)}}],
+            "server": f"https://{host}:{port}", "certificate-authority-data": b64(pki.ca_cert)}}],
         "users": [{"name": "antidote-admin", "user": {
-            "client-certificate-data": b64(pki.admin_cert), "client-key-data": b64(pki.admin_key)}}],
+            "client-certificate-data": b64(cert or pki.admin_cert),
+            "client-key-data": b64(key or pki.admin_key)}}],
         "contexts": [{"name": "antidote-dev", "context": {
             "cluster": "antidote-dev", "user": "antidote-admin", "namespace": "default"}}],
         "current-context": "antidote-dev",
@@ -76,8 +91,8 @@ def etcd_healthy(port: int) -> bool:
     return status == 200 and b'"true"' in body
 
 
-def apiserver_ready(port: int, pki: Pki) -> bool:
-    status, body = _get(f"https://127.0.0.1:{port}/readyz", pki)
+def apiserver_ready(port: int, pki: Pki, host: str = "127.0.0.1") -> bool:
+    status, body = _get(f"https://{host}:{port}/readyz", pki)
     return status == 200 and body.strip() == b"ok"
 
 
@@ -85,5 +100,6 @@ def start_etcd(sup: Supervisor, binary: Path, data_dir: Path, port: int, peer_po
     sup.start("etcd", etcd_command(binary, data_dir, port, peer_port))
 
 
-def start_apiserver(sup: Supervisor, binary: Path, pki: Pki, etcd_port: int, port: int) -> None:
-    sup.start("kube-apiserver", apiserver_command(binary, pki, etcd_port, port))
+def start_apiserver(sup: Supervisor, binary: Path, pki: Pki, etcd_port: int, port: int,
+                    host: str = "127.0.0.1", node: bool = False) -> None:
+    sup.start("kube-apiserver", apiserver_command(binary, pki, etcd_port, port, host, node))

@@ -34,11 +34,13 @@ SASL_PASSWORD = "antidote-secret"
 
 
 def server_properties(log_dir: Path, port: int, controller_port: int,
-                      sasl_port: int | None = None) -> str:
-    listeners = [f"PLAINTEXT://127.0.0.1:{port}"]
+                      sasl_port: int | None = None, host: str = "127.0.0.1") -> str:
+    """`host`: where the client listeners bind and what they advertise: loopback, or with a
+    node the bridge's gateway, one address that works from the host and from pods."""
+    listeners = [f"PLAINTEXT://{host}:{port}"]
     sasl = []
     if sasl_port is not None:
-        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}")
+        listeners.append(f"SASL_PLAINTEXT://{host}:{sasl_port}")
         sasl = [
             "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN",
             # The broker side of PLAIN: one user_<name>="<password>" per user.
@@ -82,12 +84,12 @@ def _java() -> str:
 
 
 def prepare(state_dir: Path, jars: Path, port: int, controller_port: int,
-            sasl_port: int | None = None) -> tuple[Path, list[str]]:
+            sasl_port: int | None = None, host: str = "127.0.0.1") -> tuple[Path, list[str]]:
     """Write the config and return (properties file, base java command)."""
     kdir = state_dir / "kafka"
     kdir.mkdir(parents=True, exist_ok=True)
     props = kdir / "server.properties"
-    props.write_text(server_properties(kdir / "data", port, controller_port, sasl_port))
+    props.write_text(server_properties(kdir / "data", port, controller_port, sasl_port, host))
     log4j = kdir / "log4j2.properties"
     log4j.write_text(LOG4J2)
     base = [_java(), *JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{jars}/*"]

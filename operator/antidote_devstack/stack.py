@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import build, controlplane, kafka
+from . import build, controlplane, kafka, node as nodes
 from .certs import ensure_pki
 from .errors import StackError
 from .paths import default_stack_dir, venv_bin
@@ -17,6 +17,7 @@ from .procs import Supervisor, free_port, port_open
 from .progress import say
 
 PROCESSES = ("etcd", "kube-apiserver", "kafka")
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass
@@ -34,10 +35,18 @@ class Stack:
     # The same broker's SASL_PLAINTEXT listener (PLAIN, user kafka.SASL_USER); "" in the
     # state of a stack started before it existed.
     kafka_sasl_bootstrap: str = ""
+    # The address the API server and Kafka bind and advertise: loopback, or with a node
+    # (`dev up --node`) the node bridge's gateway, which the host and pods alike reach.
+    host: str = LOOPBACK
+    node: str = ""  # the node's name when the stack has one
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        return f"https://{self.host}:{self.apiserver_port}"
+
+    @property
+    def processes(self) -> tuple[str, ...]:
+        return PROCESSES + (nodes.PROCESSES if self.node else ())
 
     def env(self) -> dict[str, str]:
         path = os.pathsep.join([self.bin_dir, str(venv_bin()), os.environ.get("PATH", "")])
@@ -68,10 +77,10 @@ def running(state_dir: Path | None = None) -> Stack | None:
     state_dir = state_dir or default_stack_dir()
     stack = load(state_dir)
     sup = Supervisor(state_dir)
-    if stack is None or not all(sup.alive(n) for n in PROCESSES):
+    if stack is None or not all(sup.alive(n) for n in stack.processes):
         return None
     port = int(stack.kafka_bootstrap.rsplit(":", 1)[1])
-    if not (port_open(stack.apiserver_port) and port_open(port)):
+    if not (port_open(stack.apiserver_port, stack.host) and port_open(port, stack.host)):
         return None
     return stack
 
@@ -80,26 +89,35 @@ def _link_tools(bin_dir: Path, artefacts: dict[str, Path]) -> None:
     """Stable names on PATH for the cached, content-addressed binaries."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name, path in artefacts.items():
-        if name.endswith("-jars"):
+        if name.endswith(("-jars", "-image")):
             continue
         link = bin_dir / name
         link.unlink(missing_ok=True)
         link.symlink_to(path)
 
 
-def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_BINARIES) -> Stack:
+def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_BINARIES,
+       node: bool = False) -> Stack:
+    """Start the stack; `node` adds a one-node cluster that runs pods (node.py)."""
     state_dir = (state_dir or default_stack_dir()).resolve()
-    artefacts = build.build_all(binaries)
+    if node:
+        nodes.require_root()
+    artefacts = build.build_all(binaries, node=node)
     existing = running(state_dir)
-    if existing:
+    if existing and (existing.node or not node):
         say(f"stack already running in {state_dir}")
         return existing
+    if existing:
+        say(f"stack in {state_dir} runs without a node: restarting it with one")
+        down(state_dir)
 
     started = time.monotonic()
     sup = Supervisor(state_dir)
-    stopped = sup.stop_all()  # leftovers of a crashed run
+    stopped = _stop(state_dir)  # leftovers of a crashed run
     if stopped:
         say(f"stopped leftover processes: {', '.join(stopped)}")
+    if node:
+        nodes.check_machine()
     for sub in ("etcd", "kafka", "logs"):
         shutil.rmtree(state_dir / sub, ignore_errors=True)  # every start is a clean cluster
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -108,48 +126,66 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
     _link_tools(bin_dir, artefacts)
 
     etcd_port, etcd_peer, api_port, kafka_port, ctl_port, sasl_port = (free_port() for _ in range(6))
+    host = nodes.GATEWAY if node else LOOPBACK
+    node_name = ""
     try:
+        if node:
+            say(f"creating the node's bridge {nodes.BRIDGE} ({nodes.GATEWAY})")
+            nodes.setup_network(state_dir)
         say(f"starting etcd on 127.0.0.1:{etcd_port}")
         controlplane.start_etcd(sup, artefacts["etcd"], state_dir / "etcd", etcd_port, etcd_peer)
         # Format Kafka's storage while etcd and the API server come up (it is a JVM start).
-        props, java = kafka.prepare(state_dir, artefacts["kafka-jars"], kafka_port, ctl_port, sasl_port)
+        props, java = kafka.prepare(state_dir, artefacts["kafka-jars"], kafka_port, ctl_port,
+                                    sasl_port, host)
         fmt = kafka.format_storage(java, props, sup.log("kafka-format"))
         sup.wait_for("etcd", "start etcd", lambda: controlplane.etcd_healthy(etcd_port), 30)
 
-        say(f"starting kube-apiserver {build.KUBE_VERSION} on 127.0.0.1:{api_port}")
-        controlplane.start_apiserver(sup, artefacts["kube-apiserver"], pki, etcd_port, api_port)
+        say(f"starting kube-apiserver {build.KUBE_VERSION} on {host}:{api_port}")
+        controlplane.start_apiserver(sup, artefacts["kube-apiserver"], pki, etcd_port, api_port,
+                                     host, node)
 
         if fmt.wait(timeout=120) != 0:
             raise StackError("format kafka storage", "StorageTool failed; see "
                              f"{sup.log('kafka-format')}:\n{sup.tail('kafka-format')}")
-        say(f"starting kafka broker on 127.0.0.1:{kafka_port} (SASL_PLAINTEXT on {sasl_port})")
+        say(f"starting kafka broker on {host}:{kafka_port} (SASL_PLAINTEXT on {sasl_port})")
         kafka.start(sup, java, props)
 
         sup.wait_for("kube-apiserver", "start kube-apiserver",
-                     lambda: controlplane.apiserver_ready(api_port, pki), 120)
+                     lambda: controlplane.apiserver_ready(api_port, pki, host), 120)
         kubeconfig = state_dir / "kubeconfig"
-        controlplane.write_kubeconfig(kubeconfig, pki, api_port)
-        bootstrap = f"127.0.0.1:{kafka_port}"
+        controlplane.write_kubeconfig(kubeconfig, pki, api_port, host=host)
+        if node:
+            node_name = nodes.start(sup, state_dir, artefacts, pki, api_port, host, kubeconfig,
+                                    str(venv_bin() / "kubectl")).name
+        bootstrap = f"{host}:{kafka_port}"
         sup.wait_for("kafka", "start kafka", lambda: kafka.ready(bootstrap), 120)
     except BaseException:
-        sup.stop_all()
+        _stop(state_dir)
         raise
 
     stack = Stack(dir=str(state_dir), kubeconfig=str(kubeconfig), apiserver_port=api_port,
                   etcd_port=etcd_port, kafka_bootstrap=bootstrap,
-                  kafka_sasl_bootstrap=f"127.0.0.1:{sasl_port}",
+                  kafka_sasl_bootstrap=f"{host}:{sasl_port}",
                   spark_jars=sorted(str(p) for p in artefacts["spark-jars"].glob("*.jar")),
-                  bin_dir=str(bin_dir))
+                  bin_dir=str(bin_dir), host=host, node=node_name)
     _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
     say(f"stack up in {time.monotonic() - started:.1f}s: API server {stack.server}, "
-        f"Kafka {bootstrap}")
+        f"Kafka {bootstrap}" + (f", node {node_name} Ready" if node_name else ""))
     return stack
 
 
 def down(state_dir: Path | None = None) -> list[str]:
-    state_dir = state_dir or default_stack_dir()
-    stopped = Supervisor(state_dir).stop_all()
+    state_dir = (state_dir or default_stack_dir()).resolve()
+    stopped = _stop(state_dir)
     _state_file(state_dir).unlink(missing_ok=True)
+    return stopped
+
+
+def _stop(state_dir: Path) -> list[str]:
+    """The node's processes first (clients of the API server), then the stack's, then the
+    node's bridge, whose address the API server and Kafka are bound to until they stop."""
+    stopped = nodes.stop_processes(state_dir) + Supervisor(state_dir).stop_all()
+    nodes.teardown(state_dir)
     return stopped
 
 

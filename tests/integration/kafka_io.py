@@ -22,14 +22,17 @@ class Record:
 
 
 def produce(bootstrap: str, topic: str,
-            records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]]) -> int:
+            records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]],
+            partition: int | None = None) -> int:
+    """Write `records` (key, value, headers) and wait for them; to `partition` if given."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "linger.ms": 5})
     errors: list[KafkaError] = []
     n = 0
     for key, value, headers in records:
         producer.produce(topic, key=key, value=value, headers=headers or None,
-                         on_delivery=lambda err, _msg: err and errors.append(err))
+                         on_delivery=lambda err, _msg: err and errors.append(err),
+                         **({} if partition is None else {"partition": partition}))
         n += 1
         if n % 10000 == 0:
             producer.poll(0)

@@ -151,7 +151,7 @@ def test_a_path_sink_holds_each_output_once_across_retries_and_a_replayed_batch(
     commits = tmp_path / "ckpt-c" / "commits"
     (commits / "1").unlink()
     (commits / ".1.crc").unlink(missing_ok=True)
-    before.started_batch = 1
+    before.started_batch, before.in_batch = 1, True
     ledger = Ledger(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer), "antidote-test-replay")
     ledger.commit(before)
     ledger.close()

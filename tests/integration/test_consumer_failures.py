@@ -118,7 +118,7 @@ def test_a_driver_that_dies_in_every_batch_disables_the_queue_on_restart(
     # one failure already counted by the first restart.
     ledger = Ledger(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer), "antidote-test-crashloop")
     state = ledger.load()
-    state.started_batch, state.consecutive_failures = state.committed_batch + 1, 1
+    state.started_batch, state.in_batch, state.consecutive_failures = state.committed_batch + 1, True, 1
     ledger.commit(state, keys=("batch",))
     ledger.close()
 
@@ -194,6 +194,28 @@ def test_a_fenced_ledger_says_so_and_never_writes_again(kafka_bootstrap, topic_f
     newer.commit(second, keys=("batch",))
     newer.close()
     assert load_state(kafka_bootstrap, ledger_topic).committed_batch == 2
+
+
+def test_consumers_whose_names_join_alike_do_not_fence_each_other(kafka_bootstrap, topic_factory) -> None:
+    """`team-a/orders` and `team/a-orders` both joined to "team-a-orders" once, so the second
+    to start fenced the first, for good."""
+    import copy
+
+    from antidote_consumer.ledger import Ledger, load_state, transactional_id
+
+    ledgers = {}
+    for namespace, name in (("team-a", "orders"), ("team", "a-orders")):
+        topic = topic_factory(f"-{namespace}", config={"cleanup.policy": "compact"})
+        ledgers[topic] = Ledger(kafka_bootstrap, topic, transactional_id(namespace, name))
+    assert len({ledger.transactional_id for ledger in ledgers.values()}) == 2
+    for batch in (1, 2):  # both running at once, each committing in turn
+        for ledger in ledgers.values():
+            state = copy.deepcopy(ledger.state)
+            state.committed_batch = batch
+            ledger.commit(state, keys=("batch",))
+    for topic, ledger in ledgers.items():
+        ledger.close()
+        assert load_state(kafka_bootstrap, topic).committed_batch == 2
 
 
 def test_a_consumer_fenced_by_a_newer_instance_exits_6_and_loses_nothing(

@@ -60,7 +60,9 @@ def run(values: list[bytes], *, validation: dict | None = None, immediate: int =
                        sink_kafka=None, emit_outputs=True)
     rows = [r for b in process(cfg, iter([batch(values, topic, headers)])) for r in b.to_pylist()]
     summary = next(r for r in rows if r["kind"] == "summary")
-    return summary, [r for r in rows if r["kind"] != "summary"]
+    (end,) = [r for r in rows if r["kind"] == "end"]  # one partition read
+    assert (end["topic"], end["partition"], end["offset"]) == (topic, 0, 100 + len(values) - 1)
+    return summary, [r for r in rows if r["kind"] not in ("summary", "end")]
 
 
 def test_each_message_gets_the_verdict_and_attempts_run_pass_gives() -> None:

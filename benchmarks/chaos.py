@@ -1,0 +1,324 @@
+"""Chaos for the consumer: SIGKILLs at random moments, and lost checkpoints, over a stream
+with poison flowing through retry cycles; then an audit of every source offset.
+
+    .venv/bin/python benchmarks/chaos.py [--messages 20000] [--kills 100] [--seed N]
+
+Each round starts `antidote consumer --until-idle` as a process (driver and Spark JVM in a
+session of their own), waits until it has written something (the sink, retry or poison
+topics grew), then kills the whole session with SIGKILL after a further random delay, and on
+some rounds (--checkpoint-loss) deletes the checkpoint too, as a pod's ephemeral disk
+would be lost. A last run goes to the end without a kill. The audit then reads the source,
+the sink and the poison topic and prints, for every source offset:
+
+- lost: no outcome at all (neither in the sink nor quarantined)     goal 0
+- duplicated quarantine: quarantined more than once                 goal 0
+- wrong attempts: quarantined with antidote.attempts other than (immediate+1)(cycles+1)
+                                                                    goal 0
+- both: in the sink and quarantined                                 goal 0
+- sink duplicates: outputs written more than once (the sink is at-least-once: reported,
+  not hidden)
+
+A driver killed inside a batch five times in a row disables its queue (exit 3), as a
+crash-looping driver must: the kill cannot be told from a crash the batch caused. The run
+then does what on-call would, `antidote resume` (here the consumer's `--resume`), and
+counts it.
+
+Exit status 0 only if the first four are 0. Uses the stack named by $ANTIDOTE_STACK_DIR if
+it runs, else starts its own and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from antidote_consumer.kafka_retry import retrying  # noqa: E402
+from antidote_devstack import stack as devstack  # noqa: E402
+from antidote_devstack.paths import cache_dir  # noqa: E402
+
+IMMEDIATE, CYCLES = 1, 2
+POLICY = {"retries": {"immediate": IMMEDIATE, "cycles": CYCLES, "cycleDelay": "2s"}}
+PARTITIONS = 3
+
+
+def log(text: str) -> None:
+    print(f"[chaos] {text}", file=sys.stderr, flush=True)
+
+
+def is_poison(i: int, rate: float) -> bool:
+    every = max(1, round(1 / rate)) if rate else 0
+    return bool(every) and i % every == every // 2
+
+
+def write_source(bootstrap: str, topic: str, n: int, rate: float) -> int:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    for i in range(n):
+        value = b"poison-%d" % i if is_poison(i, rate) else b"m%d" % i
+        while True:
+            try:
+                p.produce(topic, value, str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+    return sum(1 for i in range(n) if is_poison(i, rate))
+
+
+def read_topic(bootstrap: str, topic: str) -> list:
+    """Every committed record of `topic`, from its start to its end now."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-audit-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "isolation.level": "read_committed"})
+    try:
+        md = c.list_topics(topic, timeout=30).topics[topic]
+        open_parts = set()
+        tps = []
+        for p in md.partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if high > low:
+                tps.append(TopicPartition(topic, p, low))
+                open_parts.add(p)
+        if not tps:
+            return []
+        c.assign(tps)
+        out = []
+        while open_parts:
+            msg = c.poll(30)
+            if msg is None:
+                raise TimeoutError(f"{topic}: no answer while reading")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    open_parts.discard(msg.partition())
+                    continue
+                raise RuntimeError(f"{topic}: {msg.error()}")
+            out.append(msg)
+        return out
+    finally:
+        c.close()
+
+
+@dataclass
+class Audit:
+    offsets: int = 0
+    poison_expected: int = 0
+    lost: list = field(default_factory=list)
+    duplicated_quarantine: list = field(default_factory=list)
+    wrong_attempts: list = field(default_factory=list)
+    both: list = field(default_factory=list)
+    sink_duplicates: int = 0
+    processed: int = 0
+    quarantined: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated_quarantine or self.wrong_attempts or self.both)
+
+    def lines(self) -> list[str]:
+        return [
+            f"source offsets: {self.offsets} ({self.poison_expected} poison)",
+            f"processed: {self.processed}, quarantined: {self.quarantined}",
+            f"lost: {len(self.lost)}" + (f" e.g. {self.lost[:5]}" if self.lost else ""),
+            f"duplicated quarantine: {len(self.duplicated_quarantine)}"
+            + (f" e.g. {self.duplicated_quarantine[:5]}" if self.duplicated_quarantine else ""),
+            f"wrong attempts: {len(self.wrong_attempts)}"
+            + (f" e.g. {self.wrong_attempts[:5]}" if self.wrong_attempts else ""),
+            f"in the sink and quarantined: {len(self.both)}",
+            f"sink duplicates (at-least-once, reported): {self.sink_duplicates}",
+        ]
+
+
+def audit(bootstrap: str, source: str, sink: str, poison: str) -> Audit:
+    a = Audit()
+    src = {(m.partition(), m.offset()): m.value() for m in read_topic(bootstrap, source)}
+    a.offsets = len(src)
+    a.poison_expected = sum(1 for v in src.values() if v.startswith(b"poison"))
+    outputs = Counter()
+    for m in read_topic(bootstrap, sink):
+        part, off, _ = m.value().split(b":", 2)
+        outputs[(int(part), int(off))] += 1
+    a.sink_duplicates = sum(n - 1 for n in outputs.values())
+    a.processed = len(outputs)
+    want = (IMMEDIATE + 1) * (CYCLES + 1)
+    quarantined = Counter()
+    for m in read_topic(bootstrap, poison):
+        h = {k: v.decode() for k, v in (m.headers() or []) if k.startswith("antidote.")}
+        where = (int(h["antidote.original.partition"]), int(h["antidote.original.offset"]))
+        quarantined[where] += 1
+        if int(h["antidote.attempts"]) != want:
+            a.wrong_attempts.append((where, h["antidote.attempts"]))
+    a.quarantined = len(quarantined)
+    a.duplicated_quarantine = sorted(w for w, n in quarantined.items() if n > 1)
+    a.lost = sorted(w for w in src if w not in outputs and w not in quarantined)
+    a.both = sorted(w for w in src if w in outputs and w in quarantined)
+    return a
+
+
+def manifests(folder: Path, bootstrap: str, source: str, sink: str, max_batch: int) -> list[str]:
+    qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
+          "metadata": {"name": "chaos", "namespace": "chaos"},
+          "spec": {"policyRef": {"name": "pp"},
+                   "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source,
+                                        "maxMessagesPerBatch": max_batch}},
+                   "handler": "benchmarks.handlers:tagged",
+                   "sink": {"kafka": {"topic": sink}},
+                   "checkpoint": {"location": str(folder / "ckpt")}}}
+    pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
+          "metadata": {"name": "pp", "namespace": "chaos"}, "spec": POLICY}
+    (folder / "qc.yaml").write_text(yaml.safe_dump(qc))
+    (folder / "pp.yaml").write_text(yaml.safe_dump(pp))
+    return ["--consumer", str(folder / "qc.yaml"), "--policy", str(folder / "pp.yaml")]
+
+
+def written(c: Consumer, topics: list[str]) -> int:
+    """Records in `topics` up to their high watermarks (transactions still open included):
+    grows as soon as a consumer writes anything."""
+    total = 0
+    for topic in topics:
+        md = c.list_topics(topic, timeout=30).topics.get(topic)
+        if md is None or md.error is not None:
+            continue
+        for p in md.partitions:
+            tp = TopicPartition(topic, p)  # a topic just created may have no leader yet
+            total += retrying(lambda tp=tp: c.get_watermark_offsets(tp, timeout=30), f"{topic}: offsets")[1]
+    return total
+
+
+CRASH_LOOP = 3  # ExitCode.CONSECUTIVE_BATCH_FAILURES
+
+
+def start(env: dict, args: list[str], out, resume: bool = False) -> subprocess.Popen:
+    # A session of its own, so SIGKILL reaches the Spark JVM as well as the Python driver.
+    return subprocess.Popen([sys.executable, "-m", "antidote_cli.main", "consumer",
+                             "--trigger-interval", "0.3", "--until-idle", *args,
+                             *(["--resume"] if resume else [])], cwd=REPO, env=env,
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@dataclass
+class Chaos:
+    kills: int = 0
+    checkpoints_lost: int = 0
+    exited_before_kill: int = 0
+    resumes: int = 0  # after the crash-loop guard disabled the queue (exit 3)
+    seconds: float = 0.0
+
+
+def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: float, seed: int,
+              checkpoint_loss: float, max_batch: int, jitter: float, folder: Path) -> tuple[Chaos, Audit]:
+    """The whole experiment against stack `s`; (what was done, the audit)."""
+    rng = random.Random(seed)
+    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+    tag = uuid.uuid4().hex[:6]
+    source, sink = f"chaos-{tag}", f"chaos-{tag}-out"
+    for fut in admin.create_topics([NewTopic(source, PARTITIONS, 1), NewTopic(sink, PARTITIONS, 1)]).values():
+        fut.result(60)
+    poisoned = write_source(s.kafka_bootstrap, source, messages, poison_rate)
+    log(f"{messages} messages ({poisoned} poison) in {source}, {PARTITIONS} partitions")
+    args = manifests(folder, s.kafka_bootstrap, source, sink, max_batch)
+    env = {**os.environ, **s.env(), "SPARK_LOCAL_IP": "127.0.0.1"}
+    outputs = [sink, f"{source}.poison"] + [f"{source}.retry-{k}" for k in range(1, CYCLES + 1)]
+    watch = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": "chaos-watch"})
+    c = Chaos()
+    started = time.monotonic()
+    resume = False
+    with open(folder / "consumer.log", "ab") as out:
+        for i in range(kills):
+            before = written(watch, outputs)
+            proc = start(env, args, out, resume)
+            resume = False
+            # Killed only once it has written something in this round (else a kill during
+            # the JVM's start-up proves little), then after a random further delay.
+            while proc.poll() is None and written(watch, outputs) <= before:
+                time.sleep(0.2)
+            delay = rng.uniform(0, jitter)
+            try:
+                proc.wait(delay)
+                log(f"round {i + 1}: exited {proc.returncode} before its kill")
+                if proc.returncode == CRASH_LOOP:
+                    c.resumes += 1
+                    resume = True
+                elif proc.returncode == 0:
+                    c.exited_before_kill += 1  # done before its kill: nothing left to do
+                else:
+                    raise SystemExit(f"the consumer exited {proc.returncode}; see {folder / 'consumer.log'}")
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+                c.kills += 1
+            if rng.random() < checkpoint_loss:
+                shutil.rmtree(folder / "ckpt", ignore_errors=True)
+                c.checkpoints_lost += 1
+            if (i + 1) % 10 == 0:
+                log(f"{i + 1}/{kills} rounds: {c.kills} kills, {c.checkpoints_lost} checkpoints lost")
+        watch.close()
+        proc = start(env, args, out, resume)
+        code = proc.wait(900)
+        if code == CRASH_LOOP:  # the last kills disabled it: resume, as on-call would
+            c.resumes += 1
+            proc = start(env, args, out, True)
+            code = proc.wait(900)
+        if code != 0:
+            raise SystemExit(f"the last run exited {code}; see {folder / 'consumer.log'}")
+    c.seconds = time.monotonic() - started
+    return c, audit(s.kafka_bootstrap, source, sink, f"{source}.poison")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--kills", type=int, default=100)
+    ap.add_argument("--poison-rate", type=float, default=0.01)
+    ap.add_argument("--checkpoint-loss", type=float, default=0.1,
+                    help="share of the kills after which the checkpoint is deleted too")
+    ap.add_argument("--max-batch", type=int, default=500)
+    ap.add_argument("--jitter", type=float, default=4.0,
+                    help="a consumer is killed up to this many seconds (uniform) after it first wrote")
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    log(f"seed {seed}")
+    reuse = os.environ.get("ANTIDOTE_STACK_DIR")
+    s = devstack.running(Path(reuse)) if reuse else None
+    own = None
+    if s is None:
+        own = cache_dir() / "chaos-stack"
+        s = devstack.up(own)
+    folder = Path(tempfile.mkdtemp(prefix="antidote-chaos-"))
+    try:
+        c, a = run_chaos(s, messages=args.messages, kills=args.kills, poison_rate=args.poison_rate,
+                         seed=seed, checkpoint_loss=args.checkpoint_loss, max_batch=args.max_batch,
+                         jitter=args.jitter, folder=folder)
+    finally:
+        if own is not None:
+            devstack.down(own)
+    print(f"consumer chaos (seed {seed}): {c.kills} SIGKILLs, {c.checkpoints_lost} checkpoints "
+          f"lost, {c.resumes} resumes after the crash-loop guard, {c.exited_before_kill} runs "
+          f"ended before their kill, {c.seconds:.0f}s")
+    for line in a.lines():
+        print(f"  {line}")
+    print("result: " + ("PASS (0 lost / 0 duplicated quarantine / 0 wrong attempts)" if a.ok else "FAIL"))
+    shutil.rmtree(folder, ignore_errors=True)
+    return 0 if a.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

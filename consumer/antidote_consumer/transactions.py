@@ -1,0 +1,177 @@
+"""One transactional Kafka writer, for everything Antidote commits exactly once: the
+consumer's ledger (a batch's retry and quarantine records with its positions) and the
+poison-queue reader (a chunk's redriven or rejected records, its progress and the group's
+offsets).
+
+What it gets right once, for both: a newer instance with the same transactional id fences
+this one for good (`Fenced`, never retried, nothing more written); a retriable commit error
+is retried as librdkafka asks; an abort never hides why the transaction failed; a producer
+left unusable is replaced by a new one, whose init_transactions aborts what was left open;
+a record the broker refuses is reported as `RecordRefused` with the broker's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from antidote_api.names import transactional_id  # noqa: F401 - re-exported for the ledger
+
+log = logging.getLogger("antidote.consumer")
+
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # quarantine keeps records whole, however large
+COMMIT_TIMEOUT_S = 60.0
+# What librdkafka and the broker say to a producer whose transactional id a newer one took.
+FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+Record = tuple[str, int | None, bytes | None, bytes | None, list]  # topic, partition, key, value, headers
+
+
+class Fenced(RuntimeError):
+    """A newer instance with this transactional id owns what this one wrote: this one is a
+    zombie (a driver that lost its pod, a second replica, a killed reader's twin) and must
+    stop without writing."""
+
+
+class RecordRefused(RuntimeError):
+    """The broker refused a record of the transaction (too large, no such topic, no
+    permission); the transaction was aborted and nothing of it is visible."""
+
+
+class TransactionalWriter:
+    def __init__(self, bootstrap: str, transactional_id: str, conf: dict[str, str] | None = None,
+                 *, what: str = "the ledger"):
+        self.bootstrap = bootstrap
+        self.transactional_id = transactional_id
+        self.conf = dict(conf or {})
+        self.what = what
+        # Why this instance was fenced. Kept as text: a kept exception would keep its
+        # traceback's frames, and with them the dead producer, alive.
+        self.fenced: str | None = None
+        self._refusals: list[str] = []
+        self._producer: Producer | None = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        p = Producer({
+            **self.conf, "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
+            "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
+            "message.max.bytes": MAX_RECORD_BYTES,
+            # Refusals through one producer-level callback, not one Python call per record.
+            "delivery.report.only.error": True, "on_delivery": self._refused})
+        # Fences any older instance with the same id and aborts its open transaction, so what
+        # it wrote half-way is never read.
+        p.init_transactions(60)
+        return p
+
+    def _refused(self, err, msg) -> None:
+        if err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):  # our abort's
+            self._refusals.append(f"{msg.topic()}: {err.str()}")
+
+    def close(self) -> None:
+        """Let go of the producer (a later transaction makes a new one). Left to the garbage
+        collector, an idle producer outlives its brokers and logs a refused connection a
+        second."""
+        self._producer = None
+
+    def transaction(self, records: Iterable[Record], *, check_records: bool = False,
+                    then: Iterable[Record] = (), offsets: list[TopicPartition] | None = None,
+                    group=None, before: Callable[[str], None] | None = None) -> None:
+        """Produce `records`, then `then` (progress entries), and commit `offsets` of consumer
+        group `group`, in one transaction. With `check_records`, `records` must all be
+        accepted before `then` is produced (a refusal raises RecordRefused at once).
+        `before(topic)` runs before each of `records` is produced (pacing)."""
+        if self.fenced is not None:
+            raise Fenced(self.fenced)
+        if self._producer is None:
+            self._producer = self._new_producer()
+        p = self._producer
+        self._refusals.clear()
+        try:
+            p.begin_transaction()
+            try:
+                self._produce_all(p, records, before)
+                if check_records:
+                    p.flush(COMMIT_TIMEOUT_S)
+                    self._raise_refused()
+                self._produce_all(p, then, None)
+                if offsets:
+                    p.send_offsets_to_transaction(offsets, group, COMMIT_TIMEOUT_S)
+                self._commit(p)
+            except BaseException as err:
+                p.poll(0)  # serves the refusals that made the commit fail, before the abort purges
+                self._abort(p, err)
+                if self._refusals and not isinstance(err, RecordRefused):
+                    raise RecordRefused(self._refusals[0]) from err
+                raise
+        except KafkaException as err:
+            if err.args[0].code() in FENCED:
+                self._fence(err)
+            if self.fenced is not None:
+                raise Fenced(self.fenced) from err
+            raise
+
+    def _produce_all(self, p: Producer, records: Iterable[Record], before) -> None:
+        for topic, partition, key, value, headers in records:
+            if before is not None:
+                before(topic)
+            # Spark hands binary columns over as bytearray; the client wants bytes.
+            key, value = _bytes(key), _bytes(value)
+            headers = [(k, _bytes(v)) for k, v in headers or ()] or None
+            while True:
+                try:
+                    if partition is None:
+                        p.produce(topic, value, key, headers=headers)
+                    else:
+                        p.produce(topic, value, key, partition=partition, headers=headers)
+                    break
+                except BufferError:  # the local queue is full: let the network catch up
+                    p.poll(0.1)
+                except KafkaException as err:  # refused before it left: too large, say
+                    self._refusals.append(f"{topic}: {err.args[0].str()}")
+                    raise RecordRefused(self._refusals[-1]) from None
+            p.poll(0)
+
+    def _raise_refused(self) -> None:
+        if self._refusals:
+            raise RecordRefused(self._refusals[0])
+
+    @staticmethod
+    def _commit(p: Producer) -> None:
+        # A retriable error (a timeout) leaves the commit in flight: librdkafka wants the same
+        # call again, and refuses any other transactional call until it ends.
+        deadline = time.monotonic() + COMMIT_TIMEOUT_S
+        while True:
+            try:
+                p.commit_transaction(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as err:
+                if not err.args[0].retriable() or time.monotonic() >= deadline:
+                    raise
+
+    def _fence(self, err: KafkaException) -> None:
+        self._producer = None
+        self.fenced = (
+            f"{self.what} was taken over by a newer instance (transactional id "
+            f"{self.transactional_id!r}): this one stops without writing ({err.args[0].str()})")
+
+    def _abort(self, p: Producer, err: BaseException) -> None:
+        if isinstance(err, KafkaException) and err.args[0].fatal():
+            self._producer = None  # unusable; a fenced one is never replaced
+            return
+        try:
+            p.abort_transaction(30)
+        except KafkaException as abort_err:
+            # An abort must not hide why the transaction failed. The producer may be stuck
+            # (a commit still in flight): a new one's init_transactions aborts what is open,
+            # unless the abort says we are fenced (a new one would fence the newer owner).
+            log.warning("could not abort the transaction of %s (%s) after: %s", self.what, abort_err, err)
+            self._producer = None
+            if abort_err.args[0].code() in FENCED:
+                self._fence(abort_err)
+
+
+def _bytes(x):
+    return bytes(x) if isinstance(x, (bytearray, memoryview)) else x

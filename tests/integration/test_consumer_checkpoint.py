@@ -1,0 +1,91 @@
+"""A lost or replaced checkpoint (a pod's ephemeral disk, a new checkpoint.location, a
+QueueConsumer recreated under the same name) must neither skip a message nor give one a
+second outcome: the ledger knows what is accounted for by source position, not by Spark's
+batch id, which starts at 0 again with a new checkpoint. Real broker, real local Spark."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from antidote_consumer.ledger import load_state
+from antidote_consumer.runtime import ExitCode
+from antidote_consumer.topics import ledger_topic
+
+from . import consumer_util as cu
+from .kafka_io import produce, read_all
+
+POLICY = {"retries": {"immediate": 0, "cycles": 0}}
+
+
+def _moved_to(s, checkpoint, max_batch: int | None = None):
+    """`s` with its checkpoint at `checkpoint` (and another batch size): the same consumer,
+    the same ledger, Spark's batch ids starting at 0 again."""
+    update = {"checkpoint": s.checkpoint.model_copy(update={"location": str(checkpoint)})}
+    if max_batch is not None:
+        update["source"] = s.source.model_copy(update={"max_messages_per_batch": max_batch})
+    return s.model_copy(update=update)
+
+
+def _values(n0: int, n: int) -> list[bytes]:
+    """Every seventh one poison, the others fine."""
+    return [b"poison-%d" % i if i % 7 == 3 else b"m%d" % i for i in range(n0, n0 + n)]
+
+
+def _write(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    for partition in (0, 1):
+        produce(bootstrap, topic, [(None, v, None) for v in values[partition::2]], partition=partition)
+
+
+def test_a_lost_checkpoint_neither_skips_nor_repeats_a_message(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    first, second = _values(0, 40), _values(40, 30)
+    _write(kafka_bootstrap, source, first)
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, max_batch=7, policy=POLICY)
+    code, _ = cu.run(spark, s)
+    assert code == ExitCode.OK
+    before = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
+    assert before.committed_batch >= 4  # several batches, so the new ids collide with them
+
+    # The checkpoint is gone (another location, another batch size); more messages arrive.
+    _write(kafka_bootstrap, source, second)
+    code, _ = cu.run(spark, _moved_to(s, tmp_path / "new-checkpoint", max_batch=11))
+    assert code == ExitCode.OK
+
+    values = first + second
+    ok = sorted(v.upper() for v in values if not v.startswith(b"poison"))
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == ok
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
+    assert sorted(r.value for r, _ in poison.values()) == sorted(v for v in values if v.startswith(b"poison"))
+    # Each source offset was given to the handler exactly once: nothing ran twice.
+    per_offset = cu.calls(calls_dir, source)
+    assert len(per_offset) == len(values) and set(per_offset.values()) == {1}
+    state = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
+    assert state.positions[f"{source}:0"] == 35 and state.positions[f"{source}:1"] == 35
+    assert (state.counts["processed"], state.counts["moved"]) == (len(ok), len(poison))
+
+
+def test_a_latest_consumer_whose_checkpoint_is_lost_goes_on_where_its_ledger_ends(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    _write(kafka_bootstrap, source, [b"before-start-%d" % i for i in range(4)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, policy=POLICY)
+    s = s.model_copy(update={"source": s.source.model_copy(update={"starting_offsets": "latest"})})
+    code, _ = cu.run(spark, s)  # starts at the end: nothing to do, but where it started is kept
+    assert code == ExitCode.OK
+    assert read_all(kafka_bootstrap, sink) == []
+
+    # Written while the consumer was down; then it comes back without its checkpoint. A
+    # plain "latest" would start at the end again and never see these.
+    while_down = _values(0, 10)
+    _write(kafka_bootstrap, source, while_down)
+    code, _ = cu.run(spark, _moved_to(s, tmp_path / "new-checkpoint"))
+    assert code == ExitCode.OK
+
+    ok = sorted(v.upper() for v in while_down if not v.startswith(b"poison"))
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == ok
+    assert len(cu.quarantined(kafka_bootstrap, s.topics.poison)) == 1
+    # What was there before the first start was never read, by either run.
+    assert Counter(w.rsplit("/", 1)[0] for w in cu.calls(calls_dir, source)) == {
+        f"{source}/0": 5, f"{source}/1": 5}
+    assert min(int(w.rsplit("/", 1)[1]) for w in cu.calls(calls_dir, source)) == 2

@@ -1,0 +1,72 @@
+"""What the ledger accounts for, by source position: the pure parts."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from antidote_consumer.ledger import BATCH, LedgerState
+from antidote_consumer.runner import starting_offsets
+from antidote_consumer.runtime import BatchResult
+from antidote_consumer.worker import INPUT_FIELDS, _note_ends, arrow_schema
+
+
+def test_a_consumer_the_ledger_knows_nothing_of_starts_as_its_policy_says() -> None:
+    assert starting_offsets("t", "earliest", 3, {}, {}) == "earliest"
+    assert starting_offsets("t", "latest", 3, {}, {}) == "latest"
+
+
+def test_each_partition_starts_where_the_ledger_accounting_ends() -> None:
+    got = json.loads(starting_offsets("t", "earliest", 3, {0: 12, 2: 7}, {}))
+    # A partition that never delivered a record starts at its earliest, as Spark starts a
+    # partition it has not seen.
+    assert got == {"t": {"0": 12, "1": -2, "2": 7}}
+
+
+def test_a_latest_consumer_starts_where_it_first_started_until_a_partition_delivers() -> None:
+    got = json.loads(starting_offsets("t", "latest", 2, {1: 40}, {0: 5, 1: 30}))
+    assert got == {"t": {"0": 5, "1": 40}}
+
+
+def test_partitions_the_ledger_knows_beyond_the_count_are_kept() -> None:
+    assert json.loads(starting_offsets("t", "earliest", 1, {0: 1, 3: 9}, {})) == {"t": {"0": 1, "3": 9}}
+
+
+def _batch(rows: list[tuple[str, int, int]]):
+    schema = arrow_schema(INPUT_FIELDS)
+    cols = {"key": [None] * len(rows), "value": [b"v"] * len(rows),
+            "topic": [t for t, _, _ in rows], "partition": [p for _, p, _ in rows],
+            "offset": [o for _, _, o in rows], "ts": [0] * len(rows), "headers": [[]] * len(rows)}
+    return pa.RecordBatch.from_pydict(cols, schema=schema)
+
+
+def test_the_ends_are_the_last_offset_read_per_topic_and_partition() -> None:
+    ends: dict = {}
+    _note_ends(_batch([("a", 0, 5), ("a", 0, 9), ("a", 1, 2), ("b", 0, 4)]), ends)
+    _note_ends(_batch([("a", 0, 7), ("a", 0, 11)]), ends)
+    _note_ends(_batch([]), ends)
+    assert ends == {("a", 0): 11, ("a", 1): 2, ("b", 0): 4}
+
+
+def test_merged_results_keep_the_largest_end() -> None:
+    a = BatchResult(n_ok=1, ends={("t", 0): 5, ("t", 1): 9})
+    b = BatchResult(n_ok=2, ends={("t", 0): 8})
+    m = a.merge(b)
+    assert (m.n_ok, m.ends) == (3, {("t", 0): 8, ("t", 1): 9})
+
+
+def test_a_ledger_written_before_in_batch_existed_still_says_a_batch_was_cut_short() -> None:
+    old = LedgerState()
+    old.apply(BATCH, {"committed": 4, "started": 5})
+    assert old.in_batch
+    done = LedgerState()
+    done.apply(BATCH, {"committed": 5, "started": 5})
+    assert not done.in_batch
+    # Batch ids start at 0 again with a new checkpoint: the flag, not the ids, says it.
+    new = LedgerState()
+    new.apply(BATCH, {"committed": 57, "started": 0, "inBatch": True, "sourceStart": {"0": 3}})
+    assert new.in_batch and new.source_start == {"0": 3}
+    again = LedgerState()
+    again.apply(BATCH, new.entries()[BATCH])
+    assert again.entries() == new.entries()
