@@ -31,8 +31,12 @@ REDRIVE_COUNT = PREFIX + "redrive.count"
 # Set by `antidote skip` on the record it moved past a Fault: when (epoch ms).
 SKIPPED_AT = PREFIX + "skipped.at"
 
+# The header budget: Antidote's headers on a record stay under ~6 KiB (texts in UTF-8 bytes),
+# so a record that fit its source fits a derived topic with the same max.message.bytes
+# unless it was within that of the limit (then `fit_record` shortens the texts further).
 MAX_MESSAGE = 1024
 MAX_STACK = 4096
+MAX_CLASS = 256  # as status.lastPoison.errorClass
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -50,6 +54,27 @@ def truncate(text: str, limit: int) -> str:
 def truncate_stack(text: str, limit: int) -> str:
     """Keep a traceback's end: the exception and the innermost frames matter most."""
     return text if len(text) <= limit else "[truncated] ..." + text[-(limit - 15):]
+
+
+_CUT = "... [truncated]"
+
+
+def cap_text(text: str, limit: int) -> bytes:
+    """`text` as UTF-8 in at most `limit` bytes, its start kept (never a split character)."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data
+    return data[: max(0, limit - len(_CUT))].decode("utf-8", "ignore").encode() + _CUT.encode()
+
+
+def cap_stack(text: str, limit: int) -> bytes:
+    """`text` as UTF-8 in at most `limit` bytes, its end kept (a traceback's exception and
+    innermost frames matter most)."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data
+    keep = max(0, limit - len("[truncated] ..."))
+    return b"[truncated] ..." + (data[-keep:] if keep else b"").decode("utf-8", "ignore").encode()
 
 
 @dataclass(frozen=True)
@@ -83,13 +108,32 @@ def retry_state(headers: Iterable[tuple[str, bytes | None]]) -> RetryState:
     """Parse a retry record's headers; a record without them is not Antidote's: an error."""
     headers = list(headers or ())
     try:
-        return RetryState(
+        state = RetryState(
             origin=Origin(_get(headers, ORIGINAL_TOPIC) or "", int(_get(headers, ORIGINAL_PARTITION)),
                           int(_get(headers, ORIGINAL_OFFSET)), int(_get(headers, ORIGINAL_TIMESTAMP))),
             attempts=int(_get(headers, ATTEMPTS)), cycle=int(_get(headers, CYCLE)),
             first_failure=int(_get(headers, FIRST_FAILURE)), due=int(_get(headers, DUE)))
     except (TypeError, ValueError) as err:
         raise ValueError(f"not an Antidote retry record (missing or bad antidote.* headers: {err})") from err
+    # Numbers a retry record of ours never has: they would index past the policy's cycles or
+    # give the handler a nonsense attempt number.
+    bad = [name for name, value in ((ORIGINAL_PARTITION, state.origin.partition),
+                                    (ORIGINAL_OFFSET, state.origin.offset), (ATTEMPTS, state.attempts),
+                                    (CYCLE, state.cycle - 1)) if value < 0]
+    if not state.origin.topic:
+        bad.insert(0, ORIGINAL_TOPIC)
+    if bad:
+        raise ValueError(f"not an Antidote retry record (bad {', '.join(bad)})")
+    return state
+
+
+def retry_state_or_none(headers: Iterable[tuple[str, bytes | None]] | None) -> RetryState | None:
+    """`retry_state`, or None for a record that is not a well-formed retry record: the
+    callers then treat it as read (its own coordinates, no earlier attempts)."""
+    try:
+        return retry_state(headers or ())
+    except ValueError:
+        return None
 
 
 def consumer_of(headers: Iterable[tuple[str, bytes | None]] | None) -> str | None:
@@ -127,11 +171,58 @@ def failure_headers(*, origin: Origin, attempts: int, cycle: int, first_failure:
     if disposition:
         out.append((DISPOSITION, disposition.encode()))
     if error_class:
-        out.append((ERROR_CLASS, error_class.encode()))
+        out.append((ERROR_CLASS, cap_text(error_class, MAX_CLASS)))
     if error_message is not None:
-        out.append((ERROR_MESSAGE, truncate(error_message, MAX_MESSAGE).encode("utf-8", "replace")))
+        out.append((ERROR_MESSAGE, cap_text(error_message, MAX_MESSAGE)))
     if stack:
-        out.append((ERROR_STACK, truncate_stack(stack, MAX_STACK).encode("utf-8", "replace")))
+        out.append((ERROR_STACK, cap_stack(stack, MAX_STACK)))
     if due is not None:
         out.append((DUE, str(due).encode()))
     return out
+
+
+# What Kafka adds to a record on the wire, counted generously: a record batch's header (61
+# bytes) and the record's own varints, then each header's two length varints.
+BATCH_OVERHEAD = 61 + 40
+HEADER_OVERHEAD = 10
+MIN_MESSAGE = 128  # the error message is shortened to this before giving up
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """An upper bound of the bytes a record takes in a batch of its own, uncompressed."""
+    return (BATCH_OVERHEAD + len(key or b"") + len(value or b"")
+            + sum(HEADER_OVERHEAD + len(k.encode()) + len(v or b"") for k, v in headers))
+
+
+def fit_record(key: bytes | None, value: bytes | None, headers: Headers, limit: int) -> Headers | None:
+    """`headers` shortened so the record fits `limit` bytes (a topic's max.message.bytes),
+    or None when it cannot. Only Antidote's texts give way, in this order: the stack, then
+    the error message (to MIN_MESSAGE bytes); key, value and every other header stay whole.
+    The check is on uncompressed bytes, so a record that passes fits whatever the codec."""
+    excess = record_size(key, value, headers) - limit
+    if excess <= 0:
+        return headers
+    out = list(headers)
+    for name, floor, cut in ((ERROR_STACK, 0, _cut_end), (ERROR_MESSAGE, MIN_MESSAGE, _cut_start)):
+        i = next((j for j in range(len(out) - 1, -1, -1) if out[j][0] == name), None)
+        if i is None or out[i][1] is None:
+            continue
+        old = out[i][1]
+        keep = max(floor, len(old) - excess)
+        if keep <= 0:
+            del out[i]
+            excess -= HEADER_OVERHEAD + len(name) + len(old)
+        elif keep < len(old):
+            out[i] = (name, cut(old, keep))
+            excess -= len(old) - len(out[i][1])
+        if excess <= 0:
+            return out
+    return None
+
+
+def _cut_start(data: bytes, limit: int) -> bytes:
+    return cap_text(data.decode("utf-8", "replace"), limit)
+
+
+def _cut_end(data: bytes, limit: int) -> bytes:
+    return cap_stack(data.decode("utf-8", "replace"), limit)

@@ -82,11 +82,21 @@ class Metrics:
                          "minus the query's committed offsets).", LABELS + ("topic",), registry=r)
         self.depth = Gauge("antidote_topic_depth", "Records in Antidote's topics (end - start offset).",
                            LABELS + ("topic", "kind"), registry=r)
+        # Where the last poison message came from is in two gauges' values, not in labels: an
+        # offset label would make a new time series per poison message. The labels left are
+        # bounded by the code (reasons, exception classes) and the settings (the topic).
         self.last_poison = Gauge("antidote_last_poison_timestamp_seconds",
-                                 "When the last message got its disposition; labels say which and why "
-                                 "(never the payload).",
-                                 LABELS + ("reason", "error_class", "topic", "partition", "offset"),
-                                 registry=r)
+                                 "When the last message got its disposition, and why (never the payload).",
+                                 LABELS + ("reason", "error_class", "topic"), registry=r)
+        self.last_poison_partition = Gauge("antidote_last_poison_partition",
+                                           "Original partition of the last poison message.", LABELS,
+                                           registry=r)
+        self.last_poison_offset = Gauge("antidote_last_poison_offset",
+                                        "Original offset of the last poison message.", LABELS, registry=r)
+        self.retry_expired = Counter("antidote_retry_expired_offsets",
+                                     "Offsets of retry topics that expired (retention) before this "
+                                     "consumer read them: retry records lost.",
+                                     LABELS + ("topic",), registry=r)
         self.isolation_runs = Counter("antidote_isolation_executions",
                                       "Batch re-executions spent isolating crashing messages.",
                                       LABELS, registry=r)
@@ -123,6 +133,14 @@ class Metrics:
             self.messages.labels(**self.ids, outcome=outcome).inc(n)
         self.attempts.labels(**self.ids).inc(attempts)
         self.set_disabled(None)
+
+    def set_last_poison(self, reason: str, error_class: str | None, topic: str, partition: int,
+                        offset: int, at: float) -> None:
+        self.last_poison.clear()  # one series: the last one
+        self.last_poison.labels(**self.ids, reason=reason, error_class=error_class or "",
+                                topic=topic).set(at)
+        self.last_poison_partition.labels(**self.ids).set(partition)
+        self.last_poison_offset.labels(**self.ids).set(offset)
 
     def count(self, outcome: str, n: int = 1) -> None:
         if n:

@@ -7,12 +7,16 @@ is re-queued. Read positions live in the ledger, committed with the batch's resu
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .headers import consumer_of, due_of
 from .kafka_retry import retrying
+
+log = logging.getLogger("antidote.consumer")
 
 
 @dataclass
@@ -29,14 +33,21 @@ def position_key(topic: str, partition: int) -> str:
 
 class RetryReader:
     def __init__(self, bootstrap: str, topics: list[str], client_conf: dict | None = None,
-                 owner: str | None = None):
+                 owner: str | None = None,
+                 on_expired: Callable[[str, int, int, int], None] | None = None):
         self.topics = topics
+        # Told (topic, partition, read position, first offset still kept) when records of a
+        # retry partition expired before they were read: they are lost, and it must be loud.
+        self.on_expired = on_expired
+        self.reported: set[tuple[str, int, int]] = set()
         # Another QueueConsumer of the same source shares its retry topics: its records are
         # passed over, whatever their due time (its cycle delays may differ from ours).
         self.owner = owner
         conf = {**(client_conf or {}), "bootstrap.servers": bootstrap,
                 "group.id": "antidote-retry-reader", "enable.auto.commit": False,
-                "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                # A position before the first kept offset is found in read_due (and reported);
+                # never reset silently past lost records.
+                "enable.partition.eof": True, "auto.offset.reset": "error",
                 # It reads to the end and stops; the broker's default 500 ms long poll would
                 # delay every end-of-partition (and so every retry batch) by that much.
                 "fetch.wait.max.ms": 10}
@@ -66,13 +77,32 @@ class RetryReader:
         return retrying(lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10),
                         f"retry topic {topic}: reading its offsets")
 
+    def _expired(self, topic: str, partition: int, start: int, low: int) -> None:
+        """Records at [start, low) were deleted by retention before this consumer read them.
+        (Markers of committed transactions take offsets too, so this is an upper bound; on a
+        retry topic that several QueueConsumers share, some may have been another's.)"""
+        if (topic, partition, low) in self.reported:
+            return
+        self.reported.add((topic, partition, low))
+        log.error("retry records LOST: %s partition %d holds offsets from %d on, but this consumer "
+                  "had read only up to %d; offsets %d..%d expired unread (retention.ms of %s is "
+                  "shorter than the consumer was stopped or its cycle delay). Their messages got "
+                  "no outcome; the original coordinates were in their antidote.original.* headers",
+                  topic, partition, low, start, start, low - 1, topic)
+        if self.on_expired is not None:
+            self.on_expired(topic, partition, start, low)
+
     def read_due(self, positions: dict[str, int], now_ms: int, limit: int) -> DueBatch:
         out = DueBatch()
         tps = []
         for t in self.topics:
             for p in self.partitions[t]:
                 start = max(positions.get(position_key(t, p), 0), self.ends.get(position_key(t, p), 0))
-                _low, stable = self._offsets(self.consumer, t, p)
+                low, stable = self._offsets(self.consumer, t, p)
+                if start < low:
+                    self._expired(t, p, start, low)
+                    start = self.ends[position_key(t, p)] = low
+                    out.positions[position_key(t, p)] = low  # committed with the next retry batch
                 if start < stable:
                     tps.append(TopicPartition(t, p, start))
                 elif self._offsets(self.uncommitted, t, p)[1] > stable:
@@ -91,13 +121,17 @@ class RetryReader:
                 continue
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
-                    self.ends[position_key(*where)] = msg.offset()
+                    # Read to the end: what is before it is in `rows`, another consumer's, or a
+                    # transaction marker. Committing this position (with the rows) keeps the
+                    # markers and others' records behind it, so their expiry is not taken for
+                    # a loss (see _expired).
+                    self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset()
                     open_parts.discard(where)
                     continue
                 raise RuntimeError(f"retry topic {msg.topic()}: {msg.error()}")
             owner = consumer_of(msg.headers()) if self.owner is not None else None
             if owner is not None and owner != self.owner:
-                self.ends[position_key(*where)] = msg.offset() + 1
+                self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset() + 1
                 continue
             due = due_of(msg.headers())
             if due > now_ms:

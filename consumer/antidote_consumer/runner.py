@@ -25,7 +25,7 @@ from .metrics import Metrics, stall_after
 from .retry_reader import RetryReader
 from .runtime import ExitCode, QueueDisabled, Runtime
 from .topics import (consumer_id, depth, end_offsets, ensure_topics, ledger_topic, max_message_bytes,
-                     source_lag)
+                     reachable, source_lag)
 from .worker import INPUT_COLUMNS, INPUT_SCHEMA
 
 log = logging.getLogger("antidote.consumer")
@@ -124,17 +124,21 @@ class Consumer:
         self.metrics = metrics
         self.interval = trigger_interval
         conf = kafka_auth.verified_source_config(settings)  # the secretRef's, for librdkafka
+        reachable(conf, settings.source.bootstrap_servers)  # one line if not, not a traceback
         admin = AdminClient({**conf, "bootstrap.servers": settings.source.bootstrap_servers})
         t = settings.topics
         derived = list(t.retry) + [t.poison, t.dlq]
-        self.partitions = ensure_topics(admin, t.source, derived,
-                                        ledger_topic(t.source, settings.namespace, settings.consumer))
+        self.partitions = ensure_topics(
+            admin, t.source, derived, ledger_topic(t.source, settings.namespace, settings.consumer),
+            retry=list(t.retry), longest_delay_ms=max((d.ms for d in settings.retries.cycle_delays), default=0))
         for key, value in arrow_batching(max_message_bytes(admin, t.source),
                                          settings.spark.conf).items():
             spark.conf.set(key, value)
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf)
+        self.runtime.max_bytes = {topic: max_message_bytes(admin, topic) for topic in derived}
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry), conf,
-                                 owner=consumer_id(settings.namespace, settings.consumer)) if t.retry else None
+                                 owner=consumer_id(settings.namespace, settings.consumer),
+                                 on_expired=self._retry_expired) if t.retry else None
         # Topic depths (poison, dlq, retry) are exported with or without retry cycles: the
         # operator's poisonDepth trigger reads them. Read uncommitted, so they count up to the
         # high watermark: a read_committed end offset is the last stable offset, which lags a
@@ -154,6 +158,10 @@ class Consumer:
         self.runtime.on_scheduled = self.wake.set
         self.retry_lock = threading.Lock()  # one reader of the retry topics at a time
         self.depths_at = float("-inf")
+        self.pump_errors = OutageLog("retry pump")
+
+    def _retry_expired(self, topic: str, partition: int, start: int, low: int) -> None:
+        self.metrics.retry_expired.labels(**self.metrics.ids, topic=topic).inc(low - start)
 
     # --- the source query ---------------------------------------------------------------
     def _source_batch(self, df, batch_id: int) -> None:
@@ -237,9 +245,11 @@ class Consumer:
             except (QueueDisabled, LedgerFenced):
                 self._stop_query()
                 return
-            except Exception:  # noqa: BLE001 - keep pumping; the source query decides health
-                log.exception("retry pump failed; trying again")
+            except Exception as err:  # noqa: BLE001 - keep pumping; the source query decides health
+                self.pump_errors.failed(err)
                 n, next_due = 0, None
+            else:
+                self.pump_errors.ok()
             if not n:
                 self.wake.wait(self._pump_wait(next_due))
 
@@ -388,6 +398,42 @@ class Consumer:
             raise self.runtime.disabled
         if self.query is not None and self.query.exception() is not None and not self.runtime.stopping.is_set():
             raise RuntimeError(f"the source query failed: {self.query.exception()}")
+
+
+class OutageLog:
+    """Logging a loop's repeated failure (the brokers are down, say) without a traceback every
+    round: the first failure in one line, then a reminder at most every `every` seconds with
+    how many rounds failed, and one line when it works again. The traceback is at DEBUG."""
+
+    def __init__(self, what: str, every: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 logger: logging.Logger = log):
+        self.what, self.every, self.clock, self.log = what, every, clock, logger
+        self.since: float | None = None
+        self.failures = 0
+        self.logged_at = 0.0
+
+    def failed(self, err: BaseException) -> None:
+        now = self.clock()
+        self.failures += 1
+        self.log.debug("%s failed", self.what, exc_info=err)
+        if self.since is None:
+            self.since = self.logged_at = now
+            self.log.error("%s failed (trying again every few seconds): %s", self.what, _one_line(err))
+        elif now - self.logged_at >= self.every:
+            self.logged_at = now
+            self.log.error("%s still failing after %.0fs (%d rounds): %s", self.what, now - self.since,
+                           self.failures, _one_line(err))
+
+    def ok(self) -> None:
+        if self.since is not None:
+            self.log.warning("%s works again after %.0fs (%d failed rounds)", self.what,
+                             self.clock() - self.since, self.failures)
+            self.since, self.failures = None, 0
+
+
+def _one_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def install_signal_handlers(consumer: Consumer) -> None:

@@ -84,6 +84,8 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds)
 
 
+# The reason a record that cannot fit its derived topic stops the consumer with (see _fitted).
+TOO_LARGE = "too-large"
 # A task that died on this did not run its messages (see _isolate).
 STALE_WORKER = "java.nio.channels.CancelledKeyException"
 # How long a failed job's killed tasks may take to end (Spark's task reaper would step in
@@ -112,6 +114,9 @@ class Runtime:
         self.scheduled_due: int | None = None
         self.on_scheduled: Callable[[], None] | None = None
         self.disabled: QueueDisabled | None = None
+        # max.message.bytes of the retry, poison and dead-letter topics (set by the runner):
+        # a record written there is fitted to it (see _fitted).
+        self.max_bytes: dict[str, int] = {}
         self.ledger = Ledger(settings.source.bootstrap_servers,
                              ledger_topic(settings.source.topic, settings.namespace, settings.consumer),
                              transactional_id=transactional_id(settings.namespace, settings.consumer),
@@ -397,15 +402,10 @@ class Runtime:
             why = (f"{r.reason} after {r.attempts} attempts, {r.error_class}" if r
                    else "batch-isolation")
             if r is not None:
-                at = dict(topic=r.topic, partition=r.partition, offset=r.offset, reason=r.reason,
-                          attempts=r.attempts, error_class=r.error_class, error_message=r.error_message,
-                          first_failure=r.first_failure, last_failure=r.last_failure, cycle=r.cycle)
+                at = _row_at(r)
             else:
-                raw = isolated[0][0]
-                at = dict(topic=raw.topic, partition=raw.partition, offset=raw.offset,
-                          reason=Reason.BATCH_ISOLATION.value, attempts=isolated[0][1],
-                          error_class="antidote.BatchFailure", error_message=isolated[0][2],
-                          first_failure=now_ms(), last_failure=now_ms(), cycle=0)
+                raw, attempts, error = isolated[0]
+                at = _isolated_at(raw, attempts, error, 0, now_ms())
             origin = (h.Origin(r.otopic, r.opartition, r.ooffset, r.ots) if r is not None
                       else _origin_of(isolated[0][0], s.source.topic)[0])
             self._last_poison(at["reason"], at["error_class"], origin)  # where it stopped
@@ -432,13 +432,14 @@ class Runtime:
                 due = now + s.retries.cycle_delays[r.cycle].ms
                 dues.append(due)
                 hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
-                records.append((s.topics.retry[r.cycle], r.opartition % self.partitions, r.key,
-                                r.value, hdrs))
+                topic = s.topics.retry[r.cycle]
+                hdrs = self._fitted(topic, r.key, r.value, hdrs, _row_at(r))
+                records.append((topic, r.opartition % self.partitions, r.key, r.value, hdrs))
                 counts["retried"] += 1
                 self.metrics.retries_scheduled.labels(**self.metrics.ids, cycle=str(cycle)).inc()
                 continue
             poisoned.append((r.reason, r.error_class, origin))
-            records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common)
+            records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common, _row_at(r))
         for raw, attempts, error in isolated:
             origin, user, cycle = _origin_of(raw, s.source.topic)
             common = dict(origin=origin, attempts=attempts, first_failure=now, last_failure=now,
@@ -446,7 +447,8 @@ class Runtime:
                           consumer=self.consumer_id, policy=s.policy)
             poisoned.append((Reason.BATCH_ISOLATION.value, "antidote.BatchFailure", origin))
             records += self._disposition(raw.key, raw.value, user, cycle,
-                                         Reason.BATCH_ISOLATION.value, common)
+                                         Reason.BATCH_ISOLATION.value, common,
+                                         _isolated_at(raw, attempts, error, cycle, now))
         # Fault never gets here with a poisoned message (it stopped above): nothing is counted.
         outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped", "Fault": "moved"}[s.disposition]
         counts[outcome] += len(poisoned)
@@ -486,18 +488,37 @@ class Runtime:
                         s.disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
 
     def _last_poison(self, reason: str, error_class: str | None, origin: h.Origin) -> None:
-        m = self.metrics
-        m.last_poison.clear()
-        m.last_poison.labels(**m.ids, reason=reason, error_class=error_class or "", topic=origin.topic,
-                             partition=str(origin.partition), offset=str(origin.offset)).set(time.time())
+        self.metrics.set_last_poison(reason, error_class, origin.topic, origin.partition, origin.offset,
+                                     time.time())
 
-    def _disposition(self, key, value, user, cycle, reason, common) -> list:
+    def _disposition(self, key, value, user, cycle, reason, common, at: dict) -> list:
         s = self.s
         if s.disposition == "Drop":
             return []
         topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
         hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
+        hdrs = self._fitted(topic, key, value, hdrs, at)
         return [(topic, common["origin"].partition % self.partitions, key, value, hdrs)]
+
+    def _fitted(self, topic: str, key, value, hdrs: list, at: dict) -> list:
+        """`hdrs` with Antidote's texts shortened so the record fits `topic`. A record that
+        cannot fit even so (its key, value and own headers alone are too large) stops the
+        consumer at it, as a Fault would, with reason too-large: dropping it would lose it, and
+        a commit the broker refuses would fail the batch over and over. Nothing of the batch
+        is committed; raising the topic's max.message.bytes and resuming processes it."""
+        limit = self.max_bytes.get(topic)
+        if limit is None:
+            return hdrs
+        fitted = h.fit_record(key, value, hdrs, limit)
+        if fitted is not None:
+            return fitted
+        size = h.record_size(key, value, h.user_headers(hdrs))
+        where = f"{at['topic']}/{at['partition']}/{at['offset']}"
+        raise QueueDisabled(
+            "Fault", f"the message at {where} cannot be written to {topic} (reason {TOO_LARGE}): "
+            f"{size} bytes without Antidote's headers, and its max.message.bytes is {limit}; it and "
+            f"the messages after it stay unconsumed. Raise max.message.bytes of {topic}, then resume",
+            {**at, "reason": TOO_LARGE})
 
     def _disable(self, err: QueueDisabled) -> None:
         self.disabled = err
@@ -533,18 +554,36 @@ def is_job_failure(err: BaseException) -> bool:
 
 
 def _origin_of(raw, source_topic: str):
+    """(origin, user headers, cycle) of a record as read. A malformed retry record (not written
+    by Antidote) is taken as it is, like a source record: the worker quarantines it as invalid."""
     hdrs = [(x.key, x.value) for x in (raw.headers or [])]
-    if raw.topic == source_topic:
+    st = None if raw.topic == source_topic else h.retry_state_or_none(hdrs)
+    if st is None:
         return h.Origin(raw.topic, raw.partition, raw.offset, raw.ts), hdrs, 0
-    st = h.retry_state(hdrs)
     return st.origin, h.user_headers(hdrs), st.cycle
 
 
 def _attempts_before(raw, source_topic: str) -> int:
-    """Handler calls a retry record had in its earlier cycles; 0 for a source record."""
+    """Handler calls a retry record had in its earlier cycles; 0 for a source record (and for
+    a malformed retry record)."""
     if raw.topic == source_topic:
         return 0
-    return h.retry_state([(x.key, x.value) for x in (raw.headers or [])]).attempts
+    st = h.retry_state_or_none([(x.key, x.value) for x in (raw.headers or [])])
+    return st.attempts if st is not None else 0
+
+
+def _row_at(r) -> dict:
+    """Where a failed row was read and why, as the ledger records a Fault (`antidote skip`)."""
+    return dict(topic=r.topic, partition=r.partition, offset=r.offset, reason=r.reason,
+                attempts=r.attempts, error_class=r.error_class, error_message=r.error_message,
+                first_failure=r.first_failure, last_failure=r.last_failure, cycle=r.cycle)
+
+
+def _isolated_at(raw, attempts: int, error: str, cycle: int, now: int) -> dict:
+    return dict(topic=raw.topic, partition=raw.partition, offset=raw.offset,
+                reason=Reason.BATCH_ISOLATION.value, attempts=attempts,
+                error_class="antidote.BatchFailure", error_message=error,
+                first_failure=now, last_failure=now, cycle=cycle)
 
 
 def _unaccounted(df, floor: dict[int, int]):

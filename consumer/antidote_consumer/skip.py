@@ -13,14 +13,14 @@ import copy
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from antidote_api.semantics import EffectiveSettings
 
 from . import headers as h
 from . import kafka_auth
 from .ledger import Ledger, load_state, transactional_id
-from .topics import consumer_id, ledger_topic
+from .topics import KafkaUnreachable, consumer_id, ledger_topic, max_message_bytes, reachable
 
 
 class SkipError(Exception):
@@ -61,8 +61,26 @@ def _read_one(bootstrap: str, topic: str, partition: int, offset: int, conf: dic
 
 
 def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None = None) -> Skipped:
+    """Raises SkipError, one line, for everything that is not a bug: nothing to skip,
+    credentials that cannot be used, Kafka unreachable or refusing a call."""
     bootstrap = s.source.bootstrap_servers
-    conf = kafka_auth.source_config(s, verify=True) if conf is None else conf
+    try:
+        if conf is None:
+            conf = kafka_auth.source_config(s, verify=True)
+        reachable(conf, bootstrap, timeout=15)
+        return _skip(s, bootstrap, conf, dry_run)
+    except (kafka_auth.KafkaAuthError, KafkaUnreachable) as err:
+        raise SkipError(f"{err}; nothing was changed") from None
+    except KafkaException as err:
+        kerr = err.args[0] if err.args else None
+        raise SkipError(f"Kafka at {bootstrap}: {kerr.str() if hasattr(kerr, 'str') else err}; "
+                        "the skip was not recorded") from None
+    except (RuntimeError, TimeoutError) as err:  # kafka_retry and the ledger's reads say what failed
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise SkipError(f"Kafka at {bootstrap}: {first}; the skip was not recorded") from None
+
+
+def _skip(s: EffectiveSettings, bootstrap: str, conf: dict, dry_run: bool) -> Skipped:
     topic = ledger_topic(s.source.topic, s.namespace, s.consumer)
     state = load_state(bootstrap, topic, conf)
     if state.disabled == "Fault" and not state.fault and state.skipped:
@@ -80,9 +98,12 @@ def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None
     if f["topic"] == s.source.topic:
         origin = h.Origin(f["topic"], f["partition"], f["offset"], msg.timestamp()[1])
         user = hdrs
-    else:  # stopped on a retry cycle: the origin is in the retry headers
-        origin = h.retry_state(hdrs).origin
+    elif (st := h.retry_state_or_none(hdrs)) is not None:  # stopped on a retry cycle
+        origin = st.origin
         user = h.user_headers(hdrs)
+    else:  # a malformed retry record (quarantined as invalid): kept as read
+        origin = h.Origin(f["topic"], f["partition"], f["offset"], msg.timestamp()[1])
+        user = hdrs
     out = Skipped(f["topic"], f["partition"], f["offset"],
                   f"{origin.topic}/{origin.partition}/{origin.offset}", f.get("reason") or "",
                   f.get("error_class"), s.topics.poison, dry_run)
@@ -102,5 +123,19 @@ def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None
     new.fault = None
     new.counts["moved"] += 1
     # The poison topic has the source's partition count: the record keeps its partition.
-    ledger.commit(new, [(s.topics.poison, origin.partition, msg.key(), msg.value(), headers)])
+    ledger.commit(new, [(s.topics.poison, origin.partition, msg.key(), msg.value(),
+                         _fitted(msg, headers, s.topics.poison, bootstrap, conf))])
     return out
+
+
+def _fitted(msg, headers: list, topic: str, bootstrap: str, conf: dict) -> list:
+    """`headers` shortened to fit `topic` (see headers.fit_record), or SkipError."""
+    from confluent_kafka.admin import AdminClient
+
+    limit = max_message_bytes(AdminClient({**conf, "bootstrap.servers": bootstrap}), topic)
+    fitted = h.fit_record(msg.key(), msg.value(), headers, limit)
+    if fitted is None:
+        raise SkipError(f"the message at {msg.topic()}/{msg.partition()}/{msg.offset()} does not fit "
+                        f"{topic} (max.message.bytes {limit}); raise that, then skip again. "
+                        "Nothing was changed")
+    return fitted

@@ -10,6 +10,49 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from .kafka_retry import retrying
 
 
+class KafkaUnreachable(RuntimeError):
+    """No broker answered at start; the message names the bootstrap servers."""
+
+
+class TopicMisfit(ValueError):
+    """An existing derived topic cannot hold what the policy puts there; the message names
+    the topic and the setting (exit 2, like bad settings)."""
+
+
+DAY_MS = 24 * 3600 * 1000
+# Derived topics are created keeping records this long after the longest cycle delay: the
+# time a consumer may stay stopped (paused, disabled, crash-looping, its cluster down) with
+# retry records parked, before they expire unread.
+PAUSE_MARGIN_MS = 7 * DAY_MS
+# An existing retry topic is refused below the longest cycle delay plus this: a record
+# parked for the longest delay must still be there when a consumer that was stopped for a
+# day comes back. (Less than PAUSE_MARGIN_MS, so topics made with the broker's default
+# retention of 7 days stay usable with delays of up to 6 days.)
+MIN_MARGIN_MS = DAY_MS
+
+
+def reachable(conf: dict, bootstrap: str, timeout: float = 20.0) -> None:
+    """Connect once; KafkaUnreachable in one line when no broker answers in `timeout` s (the
+    client's own log lines, one per refused connection and second, are kept quiet here)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    errors: list = []
+    admin = AdminClient({**conf, "bootstrap.servers": bootstrap, "error_cb": errors.append,
+                         "log_level": 0})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_topics(timeout=1)
+            return
+        except KafkaException as err:
+            last = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+        admin.poll(0)  # serves error_cb
+        if time.monotonic() > deadline:
+            seen = next((e.str() for e in reversed(errors) if e.code() != KafkaError._ALL_BROKERS_DOWN), None)
+            raise KafkaUnreachable(f"cannot reach Kafka at {bootstrap} (no answer in {timeout:.0f}s): "
+                                   f"{seen or last}")
+
+
 def consumer_id(namespace: str, consumer: str) -> str:
     """Who wrote a retry or quarantine record (its `antidote.consumer` header): two
     QueueConsumers of one source topic share its retry topics and read only their own."""
@@ -30,15 +73,48 @@ def partitions_of(admin: AdminClient, topic: str, timeout: float = 30) -> int:
     return len(md.partitions)
 
 
+def topic_config(admin: AdminClient, topic: str, names: tuple[str, ...]) -> dict[str, str]:
+    from confluent_kafka.admin import ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([res])[res].result(timeout=30)
+    return {n: entries[n].value for n in names if n in entries and entries[n].value is not None}
+
+
 def _inherited_config(admin: AdminClient, source: str) -> dict[str, str]:
     """Settings a quarantine topic must share with its source: a record that fit in the
     source must fit in the poison topic too."""
-    from confluent_kafka.admin import ConfigResource
+    entry = topic_config(admin, source, ("max.message.bytes",)).get("max.message.bytes")
+    return {"max.message.bytes": entry} if entry else {}
 
-    res = ConfigResource(ConfigResource.Type.TOPIC, source)
-    entries = admin.describe_configs([res])[res].result(timeout=30)
-    entry = entries.get("max.message.bytes")
-    return {"max.message.bytes": entry.value} if entry is not None and entry.value else {}
+
+def derived_retention_ms(admin: AdminClient, source: str, longest_delay_ms: int) -> str:
+    """retention.ms of a new derived topic: the longest cycle delay plus PAUSE_MARGIN_MS, or
+    the source's own retention when that is longer (-1, forever, included)."""
+    wanted = longest_delay_ms + PAUSE_MARGIN_MS
+    src = int(topic_config(admin, source, ("retention.ms",)).get("retention.ms") or 0)
+    return str(-1 if src < 0 else max(src, wanted))
+
+
+def misfits(partitions: int, source_partitions: int, config: dict[str, str], *, retry: bool,
+            longest_delay_ms: int) -> list[str]:
+    """Why an existing derived topic cannot hold what the policy puts there ([] if it can).
+    Records keep their partition number, so it needs the source's partitions; a retry topic
+    must keep a record past its due time and must not compact records away."""
+    out = []
+    if partitions < source_partitions:
+        out.append(f"it has {partitions} partition(s), fewer than the source's {source_partitions} "
+                   "(records keep their partition number)")
+    if retry:
+        retention = int(config.get("retention.ms") or -1)
+        need = longest_delay_ms + MIN_MARGIN_MS
+        if 0 <= retention < need:
+            out.append(f"retention.ms is {retention}, below the longest cycle delay plus a day "
+                       f"({need}): parked records would expire before they are due")
+        if "compact" in (config.get("cleanup.policy") or ""):
+            out.append(f"cleanup.policy is {config['cleanup.policy']!r}: compaction would delete "
+                       "parked records that share a key")
+    return out
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
@@ -50,12 +126,27 @@ def max_message_bytes(admin: AdminClient, topic: str) -> int:
     return int(value) if value else DEFAULT_MAX_MESSAGE_BYTES
 
 
-def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: str) -> int:
-    """Create what is missing; return the source's partition count."""
+def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: str, *,
+                  retry: tuple[str, ...] | list[str] = (), longest_delay_ms: int = 0) -> int:
+    """Create what is missing (derived topics keep records the longest cycle delay plus
+    PAUSE_MARGIN_MS); refuse existing ones that cannot hold the policy (TopicMisfit); return
+    the source's partition count."""
     n = partitions_of(admin, source)
-    existing = set(admin.list_topics(timeout=30).topics)
+    listed = admin.list_topics(timeout=30).topics
+    existing = set(listed)
+    problems = []
+    for t in derived:
+        if t in existing:
+            conf = topic_config(admin, t, ("retention.ms", "cleanup.policy")) if t in retry else {}
+            problems += [f"topic {t}: {why}" for why in misfits(
+                len(listed[t].partitions), n, conf, retry=t in retry, longest_delay_ms=longest_delay_ms)]
+    if problems:
+        raise TopicMisfit("; ".join(problems) + ". Change the topic (kafka-configs --alter, "
+                          "kafka-topics --alter --partitions) or name other topics in the policy")
     missing = [t for t in derived if t not in existing]
     config = _inherited_config(admin, source) if missing else {}
+    if missing:
+        config["retention.ms"] = derived_retention_ms(admin, source, longest_delay_ms)
     wanted = [NewTopic(t, n, -1, config=config) for t in missing]
     if ledger not in existing:
         wanted.append(NewTopic(ledger, 1, -1, config={"cleanup.policy": "compact"}))

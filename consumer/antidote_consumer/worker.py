@@ -155,10 +155,16 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             user = [(x["key"], x["value"]) for x in raw] if raw else ()
             if topic == source:
                 cycle, before, first = 0, 0, None
-                msg = Message(key, value, tuple(user) if user else (), topic, partition, offset, ts)
+                # The handler never sees Antidote's headers (a source record may carry them: a
+                # redriven message, a copy of a quarantined one); the sink gets them as read.
+                shown = h.user_headers(user) if user and _has_ours(user) else user
+                msg = Message(key, value, tuple(shown) if shown else (), topic, partition, offset, ts)
             else:
                 try:
                     state = h.retry_state(user)
+                    if state.cycle > cfg.cycles:
+                        raise ValueError(f"not a retry record of this policy (antidote.cycle "
+                                         f"{state.cycle}, the policy has {cfg.cycles} cycles)")
                 except ValueError as err:
                     # Not written by Antidote: quarantine it as invalid, keep it whole.
                     _emit(out, Verdict.FINAL.value, key, value, user,
@@ -238,6 +244,13 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                    topic=[None] + [t for t, _ in ends], partition=[None] + [p for _, p in ends],
                    offset=[None] + list(ends.values()))
     yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())
+
+
+def _has_ours(headers) -> bool:
+    for k, _v in headers:
+        if k.startswith(h.PREFIX) and k != h.REDRIVE_COUNT:
+            return True
+    return False
 
 
 def _note_ends(batch, ends: dict[tuple[str, int], int]) -> None:

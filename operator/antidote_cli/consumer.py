@@ -61,10 +61,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"antidote consumer: spec.{problem}", file=sys.stderr)
         return 2
 
-    from antidote_consumer.kafka_auth import KafkaAuthError
+    from antidote_consumer.kafka_auth import KafkaAuthError, source_config
     from antidote_consumer.metrics import Metrics
     from antidote_consumer.runner import Consumer, install_signal_handlers, spark_session
+    from antidote_consumer.topics import KafkaUnreachable, TopicMisfit, reachable
 
+    try:  # before Spark starts: an unreachable broker is one line, not Spark's start-up and a trace
+        # Credentials first (a secretRef: one connection), so refused ones are named as such.
+        reachable(source_config(settings, verify=True), settings.source.bootstrap_servers)
+    except KafkaAuthError as err:
+        print(f"antidote consumer: {err}", file=sys.stderr)
+        return 2
+    except KafkaUnreachable as err:  # exit 1: restarted with back-off until the brokers answer
+        print(f"antidote consumer: {err}", file=sys.stderr)
+        return 1
     metrics = Metrics(settings.namespace, settings.consumer)
     spark = spark_session(settings, args.master)
     spark.sparkContext.setLogLevel("WARN")
@@ -74,6 +84,12 @@ def run(args: argparse.Namespace) -> int:
         except KafkaAuthError as err:  # exit 2: restarted with back-off, a fixed Secret is read
             print(f"antidote consumer: {err}", file=sys.stderr)
             return 2
+        except TopicMisfit as err:  # a derived topic that cannot hold the policy: like bad settings
+            print(f"antidote consumer: {err}", file=sys.stderr)
+            return 2
+        except KafkaUnreachable as err:  # exit 1: restarted with back-off until the brokers answer
+            print(f"antidote consumer: {err}", file=sys.stderr)
+            return 1
         install_signal_handlers(consumer)
         serve = None if args.metrics_port is None else (lambda: metrics.start(args.metrics_port))
         code = consumer.run(until_idle=args.until_idle, recovered=serve)

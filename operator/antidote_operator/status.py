@@ -188,8 +188,9 @@ WHY = {
     "SystemicFailure": "most messages fail (queueDisable.failureRatio{ratio}): a systemic fault "
                        "such as a downstream outage, so nothing was quarantined and the batch "
                        "stays unconsumed",
-    "Fault": "a poison message under disposition Fault stopped the consumer{where}; it and the "
-             "messages after it stay unconsumed",
+    "Fault": "a poison message stopped the consumer{where} (disposition Fault, or a record too "
+             "large for its retry, poison or dead-letter topic: reason too-large in the driver's "
+             "log); it and the messages after it stay unconsumed",
 }
 
 

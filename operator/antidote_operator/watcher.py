@@ -33,7 +33,8 @@ log = logging.getLogger("antidote.operator.watcher")
 
 METRIC_NAMES = ("antidote_messages_total", "antidote_consecutive_batch_failures",
                 "antidote_queue_disabled", "antidote_last_poison_timestamp_seconds",
-                "antidote_poison_messages_total", "antidote_topic_depth")
+                "antidote_poison_messages_total", "antidote_topic_depth",
+                "antidote_last_poison_partition", "antidote_last_poison_offset")
 
 
 class SampleBuilder:
@@ -44,6 +45,7 @@ class SampleBuilder:
         self.consecutive: int | None = None
         self.disabled: str | None = None
         self.last: tuple[float, Mapping[str, str]] | None = None
+        self.last_at: dict[str, int] = {}  # "partition", "offset" of the last poison message
         self.dispositions: dict[str, str] = {}
         self.depths: dict[str, int] = {}
         self.disabled_at: datetime | None = None
@@ -59,6 +61,8 @@ class SampleBuilder:
         elif name == "antidote_last_poison_timestamp_seconds":
             if value > 0 and (self.last is None or value > self.last[0]):
                 self.last = (value, labels)
+        elif name in ("antidote_last_poison_partition", "antidote_last_poison_offset"):
+            self.last_at[name.rsplit("_", 1)[1]] = int(value)
         elif name == "antidote_poison_messages_total":
             if value > 0 and "reason" in labels and "disposition" in labels:
                 self.dispositions[labels["reason"]] = labels["disposition"]
@@ -73,7 +77,9 @@ class SampleBuilder:
                 last = LastPoisonSample(
                     time=datetime.fromtimestamp(ts, timezone.utc), reason=lab.get("reason", ""),
                     error_class=lab.get("error_class") or None, topic=lab.get("topic", ""),
-                    partition=int(lab.get("partition", "0")), offset=int(lab.get("offset", "0")),
+                    # Values of their own gauges; labels on consumers older than those.
+                    partition=self.last_at.get("partition", int(lab.get("partition", "0"))),
+                    offset=self.last_at.get("offset", int(lab.get("offset", "0"))),
                     disposition=self.dispositions.get(lab.get("reason", "")))
             except ValueError:
                 last = None

@@ -110,3 +110,9 @@ def stubborn_on_hang(msg):
             except BaseException:  # noqa: BLE001 - that is the point
                 pass
     return upper(msg)
+
+
+def header_names(msg):
+    """The names of the headers the handler is shown, as JSON."""
+    _record(msg)
+    return [k for k, _ in msg.headers]

@@ -25,7 +25,8 @@ def test_fault_stops_at_the_poison_message_and_leaves_it_unconsumed(
     assert read_all(kafka_bootstrap, s.topics.poison) == []
     # Where it stopped, for the operator's status and on-call (never the payload).
     assert cu.metric(m, "antidote_last_poison_timestamp_seconds", reason="max-attempts",
-                     error_class="ValueError", topic=source, partition="0", offset="5") > 0
+                     error_class="ValueError", topic=source) > 0
+    assert (cu.metric(m, "antidote_last_poison_partition"), cu.metric(m, "antidote_last_poison_offset")) == (0, 5)
     # It stays unconsumed: a resumed consumer stops at the same message again.
     code, m = cu.run(spark, cu.resumed(s))
     assert code == ExitCode.FAULT

@@ -22,8 +22,7 @@ def consumer_metrics(namespace: str = "shop", name: str = "orders") -> Metrics:
     m.restore({"processed": 90, "moved": 3, "rejected": 1, "dropped": 0, "retried": 7}, attempts=120)
     m.consecutive.labels(**m.ids).set(2)
     m.poison.labels(**m.ids, reason="max-attempts", disposition="Move").inc(3)
-    m.last_poison.labels(**m.ids, reason="max-attempts", error_class="ValueError", topic="orders",
-                         partition="1", offset="77").set(1740830400.5)
+    m.set_last_poison("max-attempts", "ValueError", "orders", 1, 77, 1740830400.5)
     m.depth.labels(**m.ids, topic="orders.poison", kind="poison").set(3)
     m.depth.labels(**m.ids, topic="orders.dlq", kind="dlq").set(1)
     return m
@@ -127,9 +126,7 @@ def test_children_compare_on_owned_fields_only() -> None:
 
 def test_label_values_with_escapes_and_a_fast_path() -> None:
     m = consumer_metrics()
-    m.last_poison.clear()
-    m.last_poison.labels(**m.ids, reason="max-attempts", error_class='we"ird\\class', topic="orders",
-                         partition="0", offset="5").set(1740830400)
+    m.set_last_poison("max-attempts", 'we"ird\\class', "orders", 0, 5, 1740830400)
     text = generate_latest(m.registry).decode()
     lp = parse_metrics(text, "shop", "orders", AT).last_poison
     assert lp is not None and lp.error_class == 'we"ird\\class'
