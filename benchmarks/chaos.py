@@ -18,6 +18,11 @@ the sink and the poison topic and prints, for every source offset:
 - sink duplicates: outputs written more than once (the sink is at-least-once: reported,
   not hidden)
 
+A driver killed inside a batch five times in a row disables its queue (exit 3), as a
+crash-looping driver must: the kill cannot be told from a crash the batch caused. The run
+then does what on-call would, `antidote resume` (here the consumer's `--resume`), and
+counts it.
+
 Exit status 0 only if the first four are 0. Uses the stack named by $ANTIDOTE_STACK_DIR if
 it runs, else starts its own and stops it at the end.
 """
@@ -197,10 +202,14 @@ def written(c: Consumer, topics: list[str]) -> int:
     return total
 
 
-def start(env: dict, args: list[str], out) -> subprocess.Popen:
+CRASH_LOOP = 3  # ExitCode.CONSECUTIVE_BATCH_FAILURES
+
+
+def start(env: dict, args: list[str], out, resume: bool = False) -> subprocess.Popen:
     # A session of its own, so SIGKILL reaches the Spark JVM as well as the Python driver.
     return subprocess.Popen([sys.executable, "-m", "antidote_cli.main", "consumer",
-                             "--trigger-interval", "0.3", "--until-idle", *args], cwd=REPO, env=env,
+                             "--trigger-interval", "0.3", "--until-idle", *args,
+                             *(["--resume"] if resume else [])], cwd=REPO, env=env,
                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -209,6 +218,7 @@ class Chaos:
     kills: int = 0
     checkpoints_lost: int = 0
     exited_before_kill: int = 0
+    resumes: int = 0  # after the crash-loop guard disabled the queue (exit 3)
     seconds: float = 0.0
 
 
@@ -229,10 +239,12 @@ def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: floa
     watch = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": "chaos-watch"})
     c = Chaos()
     started = time.monotonic()
+    resume = False
     with open(folder / "consumer.log", "ab") as out:
         for i in range(kills):
             before = written(watch, outputs)
-            proc = start(env, args, out)
+            proc = start(env, args, out, resume)
+            resume = False
             # Killed only once it has written something in this round (else a kill during
             # the JVM's start-up proves little), then after a random further delay.
             while proc.poll() is None and written(watch, outputs) <= before:
@@ -240,9 +252,13 @@ def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: floa
             delay = rng.uniform(0, jitter)
             try:
                 proc.wait(delay)
-                c.exited_before_kill += 1  # done before its kill: nothing left to do
                 log(f"round {i + 1}: exited {proc.returncode} before its kill")
-                if proc.returncode != 0:
+                if proc.returncode == CRASH_LOOP:
+                    c.resumes += 1
+                    resume = True
+                elif proc.returncode == 0:
+                    c.exited_before_kill += 1  # done before its kill: nothing left to do
+                else:
                     raise SystemExit(f"the consumer exited {proc.returncode}; see {folder / 'consumer.log'}")
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -254,8 +270,12 @@ def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: floa
             if (i + 1) % 10 == 0:
                 log(f"{i + 1}/{kills} rounds: {c.kills} kills, {c.checkpoints_lost} checkpoints lost")
         watch.close()
-        proc = start(env, args, out)
+        proc = start(env, args, out, resume)
         code = proc.wait(900)
+        if code == CRASH_LOOP:  # the last kills disabled it: resume, as on-call would
+            c.resumes += 1
+            proc = start(env, args, out, True)
+            code = proc.wait(900)
         if code != 0:
             raise SystemExit(f"the last run exited {code}; see {folder / 'consumer.log'}")
     c.seconds = time.monotonic() - started
@@ -291,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         if own is not None:
             devstack.down(own)
     print(f"consumer chaos (seed {seed}): {c.kills} SIGKILLs, {c.checkpoints_lost} checkpoints "
-          f"lost, {c.exited_before_kill} runs ended before their kill, {c.seconds:.0f}s")
+          f"lost, {c.resumes} resumes after the crash-loop guard, {c.exited_before_kill} runs "
+          f"ended before their kill, {c.seconds:.0f}s")
     for line in a.lines():
         print(f"  {line}")
     print("result: " + ("PASS (0 lost / 0 duplicated quarantine / 0 wrong attempts)" if a.ok else "FAIL"))

@@ -47,6 +47,7 @@ class BadSpec:
     kind: str  # "ppol" or "qc"
     patch: dict[str, Any]  # merged into the valid object (DELETE removes a key)
     field: str  # the path both rejections must name
+    mentions: tuple[str, ...] = ()  # and what else their messages must name (a key)
 
     def manifest(self, name: str | None = None) -> dict[str, Any]:
         base = valid_policy() if self.kind == "ppol" else valid_consumer()
@@ -123,6 +124,14 @@ BAD_SPECS = (
     BadSpec("executor-memory-with-space", "qc", _p({"spark": {"executor": {"memory": "2 GB"}}}),
             "spec.spark.executor.memory"),
     BadSpec("spark-conf-not-spark", "qc", _p({"spark": {"conf": {"executor.memory": "2g"}}}), "spec.spark.conf"),
+    *(BadSpec(f"spark-conf-owned-{i}", "qc", _p({"spark": {"conf": {"spark.sql.shuffle.partitions": "4", key: "x"}}}),
+              "spec.spark.conf", (key,))
+      for i, key in enumerate(("spark.master", "spark.kubernetes.namespace",
+                               "spark.kubernetes.authenticate.executor.serviceAccountName",
+                               "spark.kubernetes.executor.podTemplateFile",
+                               "spark.kubernetes.executor.secrets.other-app",
+                               "spark.kubernetes.executor.volumes.hostPath.root.mount.path",
+                               "spark.driver.host", "spark.authenticate", "spark.authenticate.secret"))),
     BadSpec("checkpoint-without-location", "qc", _p({"checkpoint": {"location": DELETE}}),
             "spec.checkpoint.location"),
     BadSpec("unknown-spec-field", "qc", _p({"replicas": 3}), "spec.replicas"),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .deadline import AttemptTimeout
 from .handler import Handler, encode_output
 from .headers import MAX_STACK, truncate_stack
 from .message import Message
@@ -61,7 +62,7 @@ def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:
 
 
 def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
-             failed: Exception | None = None) -> Outcome:
+             failed: BaseException | None = None) -> Outcome:
     """Run one pass of `message` (in retry cycle `cycle`, 0 for the first delivery).
 
     `failed`: the error of a first attempt the caller already made (the worker's hot loop
@@ -72,7 +73,7 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
         if problem is not None:
             return Outcome(Verdict.FINAL, 0, reason=Reason.VALIDATION,
                            error_class="antidote.ValidationError", error_message=problem)
-    last: Exception | None = failed
+    last: BaseException | None = failed
     calls = 0 if failed is None else 1
     if failed is not None and is_non_retryable(failed, plan.non_retryable):
         return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, failed)
@@ -80,7 +81,7 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
         calls += 1
         try:
             return Outcome(Verdict.OK, calls, output=encode_output(handler(message)))
-        except Exception as err:  # noqa: BLE001 - any failure of the handler is the message's
+        except (Exception, AttemptTimeout) as err:  # noqa: BLE001 - any failure is the message's
             last = err
             if is_non_retryable(err, plan.non_retryable):
                 return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
@@ -90,7 +91,7 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
     return _failed(Verdict.FINAL, calls, Reason.MAX_ATTEMPTS, last)
 
 
-def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: Exception) -> Outcome:
+def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: BaseException) -> Outcome:
     stack = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     return Outcome(verdict, calls, reason=reason, error_class=class_name(type(err)),
                    error_message=str(err), stack=truncate_stack(stack, MAX_STACK))

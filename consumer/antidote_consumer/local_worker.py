@@ -4,7 +4,10 @@ Python process beside the driver.
 A Spark job costs about a second however few rows it has (measured: 1.2-2.9 s for ~100
 retry records), and retry batches are small and frequent. The handler still never runs in
 the driver itself: if it kills its process (a native crash), the pool breaks, the batch
-falls back to a Spark job, and there batch isolation finds the culprit as before.
+falls back to a Spark job, and there batch isolation finds the culprit as before. The
+per-attempt time limit is the same as in Spark (the same `process`, see deadline.py): an
+attempt past it fails with antidote.AttemptTimeout, and a process stuck past its grace ends
+itself, which is a dead worker here too. A stopping driver kills the process (`close`).
 """
 
 from __future__ import annotations
@@ -79,6 +82,12 @@ class LocalWorker:
         return [Row(r, headers=[Row(x) for x in (r.get("headers") or [])]) for r in out]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+        """Ends the process at once: a stop must not wait on a batch (nor a hung handler) in it;
+        an unfinished batch is not committed and runs again."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            # The executor has no public way to kill its workers before Python 3.14.
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                proc.kill()

@@ -6,9 +6,53 @@ what `kubectl get qc` shows."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import threading
+import time
+from collections.abc import Callable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 LABELS = ("namespace", "consumer")
+HEALTH_PATH = "/healthz"  # the Deployment's livenessProbe (operator builders)
+STALL_AFTER_MIN_S = 600.0
+
+
+def stall_after(attempt_timeout_s: float) -> float:
+    """How long the runtime may show no sign of progress before it counts as stalled: one
+    Spark job of a batch (or the wait for the lock a batch holds) past this is taken as hung.
+    Ten attempt time limits, at least 10 minutes: a job of many slow messages stays healthy."""
+    return max(STALL_AFTER_MIN_S, 10 * attempt_timeout_s)
+
+
+class Liveness:
+    """The runtime's heartbeat: beaten by the retry pump every round (at most every 2 s when
+    idle) and at the start and end of every Spark job or local run of a batch. Healthy until
+    the first beat (the driver is starting) and while the last one is recent."""
+
+    def __init__(self, stall_after_s: float = STALL_AFTER_MIN_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stall_after = stall_after_s
+        self.clock = clock
+        self.at: float | None = None
+
+    def beat(self) -> None:
+        self.at = self.clock()
+
+    def check(self) -> tuple[bool, str]:
+        if self.at is None:
+            return True, "starting"
+        age = self.clock() - self.at
+        if age < self.stall_after:
+            return True, f"ok: last progress {age:.0f}s ago"
+        return False, (f"stalled: no progress for {age:.0f}s (limit {self.stall_after:.0f}s: a batch's "
+                       "Spark job, a ledger commit or the retry pump is hung)")
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, *_args) -> None:  # a probe every few seconds is not news
+        pass
 
 
 class Metrics:
@@ -50,10 +94,33 @@ class Metrics:
         self.isolation_runs = Counter("antidote_isolation_executions",
                                       "Batch re-executions spent isolating crashing messages.",
                                       LABELS, registry=r)
+        self.heartbeat = Gauge("antidote_heartbeat_timestamp_seconds",
+                               "When the runtime last showed progress (a retry-pump round, a batch's "
+                               "Spark job starting or ending); /healthz fails when it is too old.",
+                               LABELS, registry=r)
+        self.liveness = Liveness()
         self.ids = ids
 
+    def beat(self) -> None:
+        self.liveness.beat()
+        self.heartbeat.labels(**self.ids).set(time.time())
+
+    def app(self):
+        """/metrics (any path, as prometheus_client serves it) and /healthz."""
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):
+            if environ.get("PATH_INFO") == HEALTH_PATH:
+                ok, text = self.liveness.check()
+                start_response("200 OK" if ok else "503 Service Unavailable",
+                               [("Content-Type", "text/plain; charset=utf-8")])
+                return [text.encode() + b"\n"]
+            return metrics(environ, start_response)
+        return app
+
     def start(self, port: int) -> None:
-        start_http_server(port, addr="0.0.0.0", registry=self.registry)
+        httpd = make_server("0.0.0.0", port, self.app(), ThreadingWSGIServer, handler_class=_Quiet)
+        threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
 
     def restore(self, counts: dict[str, int], attempts: int) -> None:
         for outcome, n in counts.items():

@@ -21,7 +21,7 @@ from antidote_api.semantics import EffectiveSettings
 
 from . import kafka_auth
 from .ledger import LedgerFenced
-from .metrics import Metrics
+from .metrics import Metrics, stall_after
 from .retry_reader import RetryReader
 from .runtime import ExitCode, QueueDisabled, Runtime
 from .topics import (consumer_id, depth, end_offsets, ensure_topics, ledger_topic, max_message_bytes,
@@ -35,8 +35,9 @@ def spark_session(settings: EffectiveSettings, master: str | None = None) -> Spa
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = dict(settings.spark.conf or {})
     builder = SparkSession.builder.appName(f"antidote-{settings.consumer or 'consumer'}")
-    master = (master or conf.pop("spark.master", None)
-              or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]"))
+    # The master is never the user's (spec.spark.conf may not set spark.master): the
+    # operator's --master, else ANTIDOTE_SPARK_MASTER for local runs and tests.
+    master = master or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]")
     builder = builder.master(master)
     if master.startswith("local"):
         # Local runs stay on loopback instead of whatever interface the hostname resolves to.
@@ -107,6 +108,10 @@ def starting_offsets(topic: str, policy: str, partitions: int, floor: dict[int, 
     return json.dumps({topic: {str(p): floor.get(p, start.get(p, -2)) for p in sorted(every)}})
 
 
+class BatchCutShort(Exception):
+    """A source batch interrupted by a stop (not committed; it runs again)."""
+
+
 # Depth and lag take ~10 offset requests: often enough for a scrape, not every pump round.
 DEPTHS_EVERY_S = 2.0
 
@@ -137,6 +142,12 @@ class Consumer:
         self.offsets = self.retry.uncommitted if self.retry else KafkaConsumer({
             **conf, "bootstrap.servers": settings.source.bootstrap_servers, "group.id": "antidote-depths",
             "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+        metrics.liveness.stall_after = stall_after(settings.retries.attempt_timeout.seconds)
+        # A SIGTERM waits this long for the current batch (then cuts it short; it runs again
+        # after the restart): never longer than one attempt's limit, so a hung handler (whose
+        # batch would go on for its immediate retries) cannot hold a stop up.
+        self.stop_wait = min(120.0, settings.retries.attempt_timeout.seconds)
+        self.stop_deadline: float | None = None
         self.query = None
         self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
         self.wake = threading.Event()  # the pump's sleep ends early: new retries, or a stop
@@ -148,7 +159,16 @@ class Consumer:
     def _source_batch(self, df, batch_id: int) -> None:
         rows = df.select("key", "value", "topic", "partition", "offset",
                          F.unix_millis("timestamp").alias("ts"), "headers")
-        self.runtime.handle(rows, batch_id=batch_id)
+        try:
+            self.runtime.handle(rows, batch_id=batch_id)
+        except Exception:
+            if not self.runtime.stopping.is_set():
+                raise
+            # Cut short by a stop. The batch must still fail (returning would let Spark's
+            # checkpoint pass it), but with a short error: the interrupted job's Java stack
+            # in it sent Spark's error parsing into a StackOverflowError on stderr.
+            log.info("batch %d cut short by the stop: it runs again after the restart", batch_id)
+            raise BatchCutShort(f"batch {batch_id} cut short by a stop") from None
 
     def _start_query(self, until_idle: bool):
         src = self.s.source
@@ -211,6 +231,7 @@ class Consumer:
 
     def _pump_loop(self) -> None:
         while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):
+            self.metrics.beat()  # the liveness: a round that never ends stops these
             self.wake.clear()  # before reading: a wake-up from now on is not lost
             try:
                 n, next_due = self.pump_once()
@@ -265,19 +286,25 @@ class Consumer:
         self.wake.set()
 
     def request_stop(self, *_args) -> None:
-        """SIGTERM: finish the current batch, then stop (a batch cut short is replayed)."""
+        """SIGTERM: finish the current batch within `stop_wait`, then stop (a batch cut short
+        is replayed)."""
         if self.runtime.stopping.is_set():
             return
-        log.info("stop requested: finishing the current batch")
+        log.info("stop requested: finishing the current batch (at most %gs)", self.stop_wait)
+        self.stop_deadline = deadline = time.monotonic() + self.stop_wait
         self.runtime.stopping.set()
         self.wake.set()
 
         def stop_after_batch() -> None:
-            deadline = time.monotonic() + 120
             while (self.query is not None and self.query.isActive
                    and self.query.status.get("isTriggerActive") and time.monotonic() < deadline):
                 time.sleep(0.1)
-            self._stop_query()
+            # The batch cut short fails on purpose; py4j would log that at ERROR with a traceback.
+            logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+            try:
+                self._stop_query()
+            except Exception as err:  # noqa: BLE001 - the main thread may be stopping Spark already
+                log.info("stopping the source query: %s", str(err).strip().splitlines()[0][:200])
 
         threading.Thread(target=stop_after_batch, daemon=True).start()
 
@@ -303,7 +330,7 @@ class Consumer:
             while self.query.isActive and not self.runtime.disabled:
                 self.query.awaitTermination(1)
             self._end_pump()
-            pump.join(timeout=120)
+            pump.join(timeout=self._pump_wait_left())
             self._stop_query()
             self._raise_disabled()
             if until_idle:
@@ -322,13 +349,23 @@ class Consumer:
         finally:
             self._end_pump()
             if pump.is_alive():
-                pump.join(timeout=120)
+                pump.join(timeout=self._pump_wait_left())
             self._stop_query()
+            if pump.is_alive() and self.runtime.local is not None:
+                self.runtime.local.close()  # a retry batch still running there: cut short
+                pump.join(timeout=5)
             self._close_clients()
         if self.runtime.ledger.fenced is not None:
             log.error("%s", self.runtime.ledger.fenced)
             return ExitCode.FENCED
         return self.runtime.disabled.exit_code if self.runtime.disabled else ExitCode.OK
+
+    def _pump_wait_left(self) -> float:
+        """How long to wait for the pump's round: its batch may finish (120 s), unless a stop
+        was requested, whose deadline holds for the pump too."""
+        if self.stop_deadline is None:
+            return 120.0
+        return max(0.0, self.stop_deadline - time.monotonic())
 
     def _close_clients(self) -> None:
         if self.runtime.local is not None:

@@ -81,7 +81,7 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
         validation=s.validation.wire() if s.validation is not None else None,
         sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
-        fault_stops=s.disposition == "Fault")
+        fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds)
 
 
 # A task that died on this did not run its messages (see _isolate).
@@ -164,10 +164,19 @@ class Runtime:
         """Run the handler over `df` (INPUT_COLUMNS, or a function making it); raises when the
         batch fails as a whole. A small batch whose rows are at hand (`local_rows`) runs in the
         local worker process, and then needs no DataFrame at all."""
+        self.metrics.beat()  # the liveness: a job that never ends stops these
+        try:
+            return self._execute(df, local_rows)
+        finally:
+            self.metrics.beat()
+
+    def _execute(self, df, local_rows: list | None = None) -> BatchResult:
         if local_rows is not None and self.local is not None and len(local_rows) <= MAX_LOCAL_ROWS:
             try:
                 return self._collect(self.local.run(self.cfg, local_rows))
             except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
+                if self.stopping.is_set():
+                    raise  # killed by the stop: the batch runs again after the restart
                 log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
                             _first_line(err))
         try:
@@ -203,7 +212,8 @@ class Runtime:
                         log.info("waited %.1fs for the failed job's tasks to end", time.monotonic() - start)
                     return
                 time.sleep(0.1)
-            log.info("tasks of the failed job still running after %gs; going on", timeout)
+            if not self.stopping.is_set():
+                log.info("tasks of the failed job still running after %gs; going on", timeout)
         except Exception as err:  # noqa: BLE001 - best effort: a dead JVM fails the next job anyway
             log.info("could not read the executors' running tasks: %s", _first_line(err))
 

@@ -15,6 +15,7 @@ from typing import Any
 from . import headers as h
 from . import kafka_auth
 from .attempts import Plan, Reason, Verdict, run_pass
+from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
 from .message import Message
 
@@ -57,6 +58,7 @@ class WorkerConfig:
     emit_outputs: bool  # path sinks: outputs come back as rows for Spark to write
     fault_stops: bool = False  # disposition Fault: nothing after a poison message is processed
     skip: frozenset[tuple[str, int, int]] = frozenset()  # moved away by `antidote skip`
+    attempt_timeout: float = 60.0  # seconds, spec.retries.attemptTimeout
 
 
 _cache: dict[Any, Any] = {}
@@ -121,6 +123,9 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     import pyarrow as pa
 
     plan, handler = _plan(cfg)
+    wd = watchdog(cfg.attempt_timeout)
+    timed = wd.timed(handler)  # for the attempts after the first, made by run_pass
+    clock = time.monotonic
     sink_topic, producer = sink_producer(cfg)
     if producer is not None:
         _sink_errors.clear()
@@ -170,17 +175,22 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             # over when validation refuses the message or the first attempt fails.
             result = failed = None
             if check is not None and check(value) is not None:
-                result = run_pass(msg, handler, plan, cycle)  # the validation verdict
+                result = run_pass(msg, timed, plan, cycle)  # the validation verdict
             else:
+                # Under the time limit: the watchdog reads these two (see deadline.py).
+                wd.msg = msg
+                wd.started = clock()
                 try:
                     output = handler(msg)
                     if output is not None and output.__class__ is not bytes:
                         output = encode_output(output)
-                except Exception as err:  # noqa: BLE001 - the policy decides what follows
+                except (Exception, AttemptTimeout) as err:  # noqa: BLE001 - the policy decides
                     failed = err
+                finally:  # also when SystemExit & co. end the task: the worker may be reused
+                    wd.started = 0.0
             if failed is not None:
                 # Outside the except block: the next attempts' errors must not chain to this one.
-                result = run_pass(msg, handler, plan, cycle, failed=failed)
+                result = run_pass(msg, timed, plan, cycle, failed=failed)
             if result is None:
                 n_attempts += 1
                 calls = 1

@@ -27,9 +27,15 @@ class Rule:
     message: str
     check: Callable[[Any], bool]
     field: str | None = None
+    # A message built from the object (CEL `messageExpression`, and `describe` for the
+    # models), e.g. naming the offending keys; `message` stays the server's fallback.
+    message_cel: str | None = None
+    describe: Callable[[Any], str] | None = None
 
     def to_crd(self) -> dict[str, str]:
         out = {"rule": self.cel, "message": self.message}
+        if self.message_cel:
+            out["messageExpression"] = self.message_cel
         if self.field:
             out["fieldPath"] = f".{self.field}"
         return out
@@ -59,7 +65,7 @@ class ApiModel(BaseModel):
                 # The field rides in the error's context so `explain` can name it, as the server does.
                 raise PydanticCustomError("rule", "{where}{message}", {
                     "where": f"{rule.field}: " if rule.field else "", "field": rule.field or "",
-                    "message": rule.message})
+                    "message": rule.describe(self) if rule.describe else rule.message})
         return self
 
     def wire(self) -> dict[str, Any]:

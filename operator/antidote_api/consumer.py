@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from . import spark_conf
 from .base import ApiModel, Rule
 from .conditions import Conditions
 from .types import (API_VERSION, ApiVersionField, Bootstrap, Disposition, Handler, Int64, KindField,
@@ -84,13 +85,19 @@ class Spark(ApiModel):
     driver: SparkDriver = Field(default_factory=SparkDriver, description="The driver (runs `antidote consumer`).")
     executor: SparkExecutor = Field(default_factory=SparkExecutor, description="The executors.")
     conf: StringMap | None = Field(
-        None, description="Extra Spark configuration; keys start with `spark.`.",
+        None, description="Extra Spark configuration; keys start with `spark.`. Keys the operator "
+                          "owns (master, namespace, ServiceAccounts, pod templates, mounts, driver "
+                          "host, `spark.authenticate*`) are refused: see \"Spark configuration the "
+                          "operator owns\" below.",
         json_schema_extra=seed("spark-operator sparkConf"))
 
     rules = (
         Rule("!has(self.conf) || self.conf.all(k, k.startsWith('spark.'))",
              "keys must start with spark.",
              lambda s: s.conf is None or all(k.startswith("spark.") for k in s.conf), field="conf"),
+        Rule(spark_conf.RULE_CEL, spark_conf.MESSAGE,
+             lambda s: not spark_conf.owned_keys(s.conf), field="conf",
+             message_cel=spark_conf.MESSAGE_CEL, describe=lambda s: spark_conf.describe(s.conf)),
     )
 
 

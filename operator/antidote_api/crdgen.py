@@ -160,7 +160,8 @@ def flatten(node: dict[str, Any], defs: dict[str, Any], where: str = "") -> dict
         elif key == "items":
             out[key] = flatten(value, defs, f"{where}[]")
         elif key == "x-kubernetes-validations":
-            out[key] = [{k: r[k] for k in ("rule", "message", "fieldPath") if k in r} for r in value]
+            out[key] = [{k: r[k] for k in ("rule", "message", "messageExpression", "fieldPath")
+                        if k in r} for r in value]
         else:
             out[key] = value
     if "type" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .crdgen import KINDS, Kind, json_schema
+from .spark_conf import OWNED
 from .types import API_VERSION
 
 INTRO = f"""\
@@ -136,5 +137,15 @@ def _formats_section() -> str:
         + _table(["format", "pattern"], rows)
 
 
+def _owned_section() -> str:
+    rows = [[", ".join(_code(k) for k in group.keys), group.why] for group in OWNED]
+    return ("## Spark configuration the operator owns\n\n"
+            "`spec.spark.conf` may not set these keys (a key ending in `*` stands for every key "
+            "with that prefix): the API server refuses the QueueConsumer with a message naming "
+            "them, and `antidote consumer` refuses such settings with exit code 2. They would "
+            "override the consumer's least-privilege set-up (docs/operator.md, \"Security\").\n\n"
+            + _table(["keys", "owned because"], rows))
+
+
 def render_docs() -> str:
-    return "\n".join([INTRO, _formats_section(), *(_kind_section(k) for k in KINDS)])
+    return "\n".join([INTRO, _formats_section(), *(_kind_section(k) for k in KINDS), _owned_section()])

@@ -45,8 +45,18 @@ class Retries(ApiModel):
         description="Exception class names (`ValueError`, `json.JSONDecodeError`) that skip all "
                     "retries: the message gets its disposition at once, reason `non-retryable`.",
         json_schema_extra=seed("Spring Kafka notRetryOn / addNotRetryableExceptions"))
+    attempt_timeout: Duration = Field(
+        Duration.parse("60s"),
+        description="Longest one handler call may run. An attempt past it fails with error class "
+                    "`antidote.AttemptTimeout` and counts like any failure; a handler that does not "
+                    "unwind gets its Python worker killed and replaced. The default, 1m, is "
+                    "long for one call to a downstream service and short enough that a stopping "
+                    "driver cuts a hung batch well within its pod's grace period.",
+        json_schema_extra=seed("SQS visibility timeout; Lambda function timeout"))
 
     rules = (
+        Rule("!has(self.attemptTimeout) || duration(self.attemptTimeout) >= duration('100ms')",
+             "must be at least 100ms", lambda r: r.attempt_timeout.ms >= 100, field="attemptTimeout"),
         Rule("!has(self.maxCycleDelay) || duration(self.maxCycleDelay) >= duration(self.cycleDelay)",
              "must not be shorter than cycleDelay",
              lambda r: r.max_cycle_delay is None or r.max_cycle_delay >= r.cycle_delay,

@@ -134,6 +134,8 @@ class EffectiveRetries(ApiModel):
     max_attempts: int
     cycle_delays: list[Duration] = Field(description="Wait before retry cycle k at index k-1.")
     non_retryable: list[str]
+    attempt_timeout: Duration = Field(Duration.parse("60s"),
+                                      description="Longest one handler call may run.")
 
 
 class EffectiveSink(ApiModel):
@@ -194,7 +196,7 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
         retries=EffectiveRetries(
             immediate=r.immediate, cycles=r.cycles, max_attempts=max_attempts(policy),
             cycle_delays=[cycle_delay(policy, k) for k in range(1, r.cycles + 1)],
-            non_retryable=list(r.non_retryable)),
+            non_retryable=list(r.non_retryable), attempt_timeout=r.attempt_timeout),
         validation=policy.validation, disposition=policy.disposition,
         topics=topics(policy, consumer.source.kafka.topic),
         queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader)

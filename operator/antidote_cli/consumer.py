@@ -52,6 +52,15 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
 
+    from antidote_consumer.handler import check_handler
+
+    # Before any Spark work: a handler that cannot be imported would fail every batch (five
+    # rollbacks, then a disabled queue) instead of saying so once.
+    problem = check_handler(settings.handler)
+    if problem is not None:
+        print(f"antidote consumer: spec.{problem}", file=sys.stderr)
+        return 2
+
     from antidote_consumer.kafka_auth import KafkaAuthError
     from antidote_consumer.metrics import Metrics
     from antidote_consumer.runner import Consumer, install_signal_handlers, spark_session

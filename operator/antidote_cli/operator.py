@@ -41,6 +41,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="read consumer metrics from this Prometheus (PromQL) instead of scraping")
     p.add_argument("--consumer-image", default=None,
                    help="driver and executor image when spec.spark.image is not set")
+    p.add_argument("--driver-cluster-role", default=None,
+                   help="the ClusterRole bound to each consumer's driver in its namespace "
+                        "(the chart passes its <release>-antidote-spark-driver; default antidote-spark-driver)")
     p.add_argument("--resync-interval", type=float, default=300.0,
                    help="seconds between full reconciles of each consumer (0: only on events)")
     p.add_argument("--poison-event-interval", type=float, default=60.0,
@@ -61,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     from antidote_operator.main import run as run_operator
     from antidote_operator.reconcile import Options
 
-    render = RenderOptions(image=args.consumer_image) if args.consumer_image else RenderOptions()
+    given = {"image": args.consumer_image, "driver_cluster_role": args.driver_cluster_role}
+    render = RenderOptions(**{k: v for k, v in given.items() if v})
     options = Options(
         namespaces=[] if args.all_namespaces else list(args.namespaces),
         dev_runner=args.dev_runner, dev_runner_dir=args.dev_runner_dir,

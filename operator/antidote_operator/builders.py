@@ -6,6 +6,7 @@ references come from `kopf.adopt` in `build_children` (also pure: it edits the d
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -17,6 +18,7 @@ import kopf
 import yaml
 
 from antidote_api.semantics import EffectiveSettings
+from antidote_consumer.metrics import HEALTH_PATH
 
 # Labels on every child; LABEL_CONSUMER is also how the operator finds Deployments and Pods.
 LABEL_CONSUMER = "antidote.dev/consumer"
@@ -25,9 +27,18 @@ SETTINGS_HASH = "antidote.dev/settings-hash"
 
 SETTINGS_KEY = "settings.yaml"
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
+EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"
 CONFIG_DIR = "/etc/antidote"
 SECRETS_DIR = "/etc/antidote/secrets"
+# The per-consumer secret of Spark's RPC authentication, mounted in the driver and executors.
+SPARK_AUTH_DIR = "/etc/antidote/spark-auth"
+SPARK_AUTH_KEY = "secret"
 CONTAINER = "driver"
+EXECUTOR_CONTAINER = "executor"
+# The root filesystem is read-only; these are the writable emptyDirs (the JVM's and Python's
+# temporary files, and Spark's local dir on the driver, which defaults to java.io.tmpdir).
+# Executors also get an emptyDir per spark.local.dir from Spark itself.
+TMP_DIR = "/tmp"
 # The API server as seen from a pod; the driver runs Spark in client mode against it.
 K8S_MASTER = "k8s://https://kubernetes.default.svc"
 
@@ -44,14 +55,21 @@ class RenderOptions:
     block_manager_port: int = 7079
     # The driver finishes its batch on SIGTERM (the consumer waits up to 120 s for it).
     termination_grace_seconds: int = 150
+    # The ClusterRole (shipped by the chart) bound to each driver's ServiceAccount in its
+    # namespace: the operator holds `bind` on it, not the permissions it grants.
+    driver_cluster_role: str = "antidote-spark-driver"
+    # The consumer image's non-root user (docker/consumer.Dockerfile), set explicitly so the
+    # kubelet can verify runAsNonRoot for images whose USER is a name.
+    run_as_user: int = 10001
 
 
 @dataclass(frozen=True)
 class Names:
     configmap: str
     service_account: str
-    role: str
+    executor_service_account: str
     role_binding: str
+    spark_auth_secret: str
     service: str
     deployment: str
 
@@ -60,8 +78,9 @@ def names(consumer: str) -> Names:
     # The consumer name is a DNS-1035 label of at most 40 characters (API rule), so the
     # suffixes fit in 63 and the Service name is a valid driver host.
     driver = f"{consumer}-driver"
-    return Names(configmap=f"{consumer}-settings", service_account=driver, role=driver,
-                 role_binding=driver, service=consumer, deployment=consumer)
+    return Names(configmap=f"{consumer}-settings", service_account=driver,
+                 executor_service_account=f"{consumer}-executor", role_binding=driver,
+                 spark_auth_secret=f"{consumer}-spark-auth", service=consumer, deployment=consumer)
 
 
 def labels(consumer: str) -> dict[str, str]:
@@ -136,10 +155,12 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
 
     It lives in `spark-defaults.conf` next to the settings rather than in them: the
     settings stay what the user wrote plus the policy, and the dev runner drops this file.
-    The user's `spec.spark.conf` (applied by the consumer) still overrides it.
+    The user's `spec.spark.conf` (applied by the consumer) may add to it but not override
+    it: the keys set here are in `antidote_api.spark_conf.OWNED`, which the CRD refuses.
     """
     name, ns = settings.consumer, settings.namespace
     spark = settings.spark
+    n = names(name)
     conf = {
         "spark.submit.deployMode": "client",
         "spark.kubernetes.namespace": ns,
@@ -147,7 +168,17 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
         "spark.kubernetes.container.image.pullPolicy": opts.image_pull_policy,
         # Executors are owned by the driver pod, so they go when it goes.
         "spark.kubernetes.driver.pod.name": "${env:POD_NAME}",
-        "spark.kubernetes.authenticate.driver.serviceAccountName": names(name).service_account,
+        # The driver runs in client mode under its pod's ServiceAccount; executors under
+        # their own, which has no permissions and no token (the pod template says so too).
+        "spark.kubernetes.authenticate.executor.serviceAccountName": n.executor_service_account,
+        "spark.kubernetes.executor.podTemplateFile": f"{CONFIG_DIR}/{EXECUTOR_TEMPLATE_KEY}",
+        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+        # Client mode has no driver Service of Spark's, and with volume keys refused there are
+        # no on-demand claims: Spark is told not to delete either (both default to true in
+        # Spark 4.0, a deletecollection at stop), so its Role needs no such permission.
+        "spark.kubernetes.driver.service.deleteOnTermination": "false",
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         "spark.kubernetes.executor.podNamePrefix": name,
         f"spark.kubernetes.executor.label.{LABEL_CONSUMER}": name,
         "spark.kubernetes.executor.label.app.kubernetes.io/component": "executor",
@@ -156,12 +187,21 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
         "spark.driver.port": str(opts.driver_port),
         "spark.driver.blockManager.port": str(opts.block_manager_port),
         "spark.driver.cores": str(spark.driver.cores),
+        # The root filesystem is read-only and Spark's in-memory catalog creates its default
+        # warehouse directory (./spark-warehouse, in the image's home) on first use.
+        "spark.sql.warehouse.dir": f"{TMP_DIR}/spark-warehouse",
         "spark.executor.instances": str(spark.executor.instances),
         "spark.executor.cores": str(spark.executor.cores),
         "spark.executor.memory": spark.executor.memory,
     }
     for secret in secret_names(settings):
         conf[f"spark.kubernetes.executor.secrets.{secret}"] = f"{SECRETS_DIR}/{secret}"
+    # RPC between driver and executors is authenticated with the consumer's own secret, read
+    # from a file on both sides: with a file Spark does not put the secret in the executor
+    # pods' environment (readable by anyone who may get pods).
+    conf["spark.authenticate"] = "true"
+    conf["spark.authenticate.secret.file"] = f"{SPARK_AUTH_DIR}/{SPARK_AUTH_KEY}"
+    conf[f"spark.kubernetes.executor.secrets.{n.spark_auth_secret}"] = SPARK_AUTH_DIR
     return conf
 
 
@@ -169,9 +209,52 @@ def render_spark_defaults(conf: Mapping[str, str]) -> str:
     return "".join(f"{k} {v}\n" for k, v in conf.items())
 
 
+def pod_security_context(opts: RenderOptions) -> dict[str, Any]:
+    """The `restricted` Pod Security Standard, pod level (driver and executors)."""
+    uid = opts.run_as_user
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict[str, Any]:
+    """The `restricted` Pod Security Standard, container level, and a read-only root."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+
+
+def tmp_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    return {"name": "tmp", "emptyDir": {}}, {"name": "tmp", "mountPath": TMP_DIR}
+
+
+def executor_pod_template(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, Any]:
+    """What Spark starts each executor pod from (`spark.kubernetes.executor.podTemplateFile`).
+
+    Spark fills in the image, command, resources, env, ports and its conf volume; the
+    security context, the ServiceAccount without a token and the writable /tmp come from here.
+    """
+    name = settings.consumer
+    volume, mount = tmp_volume()
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        # Labels come from spark.kubernetes.executor.label.* (Spark adds its own too).
+        "metadata": {},
+        "spec": {
+            "serviceAccountName": names(name).executor_service_account,
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(opts),
+            "containers": [{"name": EXECUTOR_CONTAINER,
+                            "securityContext": container_security_context(),
+                            "volumeMounts": [mount]}],
+            "volumes": [volume],
+        },
+    }
+
+
 def config_data(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, str]:
     return {SETTINGS_KEY: settings_document(settings),
-            SPARK_DEFAULTS_KEY: render_spark_defaults(spark_defaults(settings, opts))}
+            SPARK_DEFAULTS_KEY: render_spark_defaults(spark_defaults(settings, opts)),
+            EXECUTOR_TEMPLATE_KEY: yaml.dump(executor_pod_template(settings, opts), Dumper=_Dumper,
+                                             sort_keys=False)}
 
 
 def settings_hash(data: Mapping[str, str]) -> str:
@@ -188,29 +271,51 @@ def build_configmap(settings: EffectiveSettings, opts: RenderOptions) -> dict[st
 
 
 def build_service_account(consumer: str) -> dict[str, Any]:
+    """The driver's: its pod mounts a token, which the RoleBinding lets manage executors."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": _meta(names(consumer).service_account, consumer)}
 
 
-def build_role(consumer: str) -> dict[str, Any]:
-    """What a Spark driver needs to run executors in its own namespace, and no more."""
-    verbs = ["get", "list", "watch", "create", "delete", "deletecollection"]
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": _meta(names(consumer).role, consumer),
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": verbs + ["patch"]},
-                # Spark writes each executor's conf files as a ConfigMap.
-                {"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs},
-                {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
-            ]}
+def build_executor_service_account(consumer: str) -> dict[str, Any]:
+    """The executors': bound to nothing, and no token is mounted from it."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": _meta(names(consumer).executor_service_account, consumer),
+            "automountServiceAccountToken": False}
 
 
-def build_role_binding(consumer: str) -> dict[str, Any]:
+# What a Spark 4.0 driver in client mode does with the API server, and no more (read from
+# Spark's KubernetesClusterSchedulerBackend and ExecutorPodsAllocator): it gets its own pod
+# (owner of the executors), creates, watches, lists, labels (patch) and deletes executor
+# pods, deleting what is left by label at stop (deletecollection), and creates one ConfigMap
+# of executor conf files, deleted by label at stop (nothing reads it through the API). No Services (client mode; deleteOnTermination
+# is off), no PersistentVolumeClaims (volume keys are refused in spec.spark.conf, and owning
+# and reusing claims is off). tests/integration/test_pod_security.py runs a real Spark
+# driver under exactly these rules and fails on any 403 in its log.
+# The chart ships these rules as the driver ClusterRole; a test keeps the two equal.
+DRIVER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"],
+     "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["configmaps"],
+     "verbs": ["create", "deletecollection"]},
+]
+
+
+def build_role_binding(consumer: str, opts: RenderOptions) -> dict[str, Any]:
+    """The chart's driver ClusterRole, bound in the consumer's namespace only."""
     n = names(consumer)
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": _meta(n.role_binding, consumer),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": opts.driver_cluster_role},
             "subjects": [{"kind": "ServiceAccount", "name": n.service_account}]}
+
+
+def build_spark_auth_secret(consumer: str, secret: bytes) -> dict[str, Any]:
+    """The consumer's secret for Spark's RPC authentication. Not pure data like the others
+    (`secret` is random): the operator creates it once and never reads it back."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _meta(names(consumer).spark_auth_secret, consumer),
+            "data": {SPARK_AUTH_KEY: base64.b64encode(secret).decode()}}
 
 
 def _ports(opts: RenderOptions) -> list[tuple[str, int]]:
@@ -222,7 +327,10 @@ def build_service(consumer: str, opts: RenderOptions) -> dict[str, Any]:
     """Headless: its DNS name resolves to the driver pod (driver host, metrics target)."""
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(names(consumer).service, consumer),
-            "spec": {"clusterIP": "None", "selector": selector(consumer),
+            # The driver pod only: executors carry the consumer label too (Spark's
+            # executor.label conf), and the driver host must not resolve to them.
+            "spec": {"clusterIP": "None",
+                     "selector": {**selector(consumer), "app.kubernetes.io/component": "driver"},
                      # Executors connect while the driver is still starting.
                      "publishNotReadyAddresses": True,
                      "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"}
@@ -257,6 +365,10 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
     driver = settings.spark.driver
     memory = quantity_mib(container_memory_mib(driver.memory))
     volumes, mounts = settings_volumes(settings)
+    tmp, tmp_mount = tmp_volume()
+    volumes += [tmp, {"name": "spark-auth", "secret": {"secretName": n.spark_auth_secret,
+                                                       "defaultMode": 0o440}}]
+    mounts += [tmp_mount, {"name": "spark-auth", "mountPath": SPARK_AUTH_DIR, "readOnly": True}]
     container = {
         "name": CONTAINER,
         "image": settings.spark.image or opts.image,
@@ -271,13 +383,18 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in _ports(opts)],
         "resources": {"requests": {"cpu": str(driver.cores), "memory": memory},
                       "limits": {"memory": memory}},
-        # /metrics is up before Spark starts; a slow batch must not get the driver killed,
-        # so there is no liveness probe.
+        # /metrics is up before Spark starts. /healthz fails only when the runtime showed no
+        # progress for max(10m, 10 x attemptTimeout) (a Spark job, a ledger commit or the
+        # retry pump hung; docs/consumer.md): a slow batch does not get the driver killed.
         "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
                            "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": HEALTH_PATH, "port": "metrics"},
+                          "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 3},
+        # A driver that refuses its settings (exit 2) says why in one line: the kubelet keeps
+        # it as the termination message, which the operator puts in the Ready condition.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": container_security_context(),
     }
     pod_labels = labels(name)
     return {
@@ -296,8 +413,11 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
                                              "prometheus.io/port": str(opts.metrics_port)}},
                 "spec": {
                     "serviceAccountName": n.service_account,
+                    # Spark's Kubernetes client in the driver needs the token (see
+                    # docs/operator.md, "Security", for what else in the pod can read it).
+                    "automountServiceAccountToken": True,
                     "terminationGracePeriodSeconds": opts.termination_grace_seconds,
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": pod_security_context(opts),
                     "containers": [container],
                     "volumes": volumes,
                 },
@@ -314,8 +434,8 @@ def build_children(owner: Mapping[str, Any], settings: EffectiveSettings, *, rep
     children = [
         cm,
         build_service_account(settings.consumer),
-        build_role(settings.consumer),
-        build_role_binding(settings.consumer),
+        build_executor_service_account(settings.consumer),
+        build_role_binding(settings.consumer, opts),
         build_service(settings.consumer, opts),
         build_deployment(settings, replicas=replicas, opts=opts, config_hash=settings_hash(data)),
     ]

@@ -303,6 +303,8 @@ class _Runner:
             self.owner.targets.remove_consumer(self.ns, self.name)
         self.last_exit = {"exitCode": code, "startedAt": self.started_at, "finishedAt": _now(),
                           "generation": self.generation_started}
+        if code != 0:  # terminationMessagePolicy FallbackToLogsOnError: this run's logs' tail
+            self.last_exit["message"] = _run_log_tail(self.dir / "consumer.log")
         if code in FINAL_EXITS:
             self.failures, self.not_before = 0, 0.0
         else:
@@ -408,6 +410,20 @@ def translate_job(container: Mapping[str, Any], *, settings_path: str,
     out = _local_argv(container, {"--settings": settings_path, "--report-file": report_path})
     env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
     return out, env
+
+
+def _run_log_tail(logfile: Path, limit: int = 2048) -> str:
+    """The last `limit` bytes the latest run wrote to `logfile` (runs start with a '--- ' line),
+    as the kubelet keeps a failed container's logs' tail as its termination message."""
+    try:
+        with logfile.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    text = "\n" + text
+    run = text.rsplit("\n--- ", 1)[-1].split("\n", 1)[-1] if "\n--- " in text else text
+    return run[-limit:]
 
 
 def _finished(status: Mapping[str, Any]) -> bool:

@@ -38,6 +38,7 @@ class Kind:
 
 
 CONFIGMAP = Kind("/api/v1", "configmaps")
+SECRET = Kind("/api/v1", "secrets")
 SERVICE_ACCOUNT = Kind("/api/v1", "serviceaccounts")
 SERVICE = Kind("/api/v1", "services")
 POD = Kind("/api/v1", "pods")
@@ -49,7 +50,7 @@ JOB = Kind("/apis/batch/v1", "jobs")
 QUEUE_CONSUMER = Kind(f"/apis/{GROUP}/{VERSION}", "queueconsumers")
 POISON_POLICY = Kind(f"/apis/{GROUP}/{VERSION}", "poisonpolicies")
 
-BY_KIND = {"ConfigMap": CONFIGMAP, "ServiceAccount": SERVICE_ACCOUNT, "Service": SERVICE,
+BY_KIND = {"ConfigMap": CONFIGMAP, "Secret": SECRET, "ServiceAccount": SERVICE_ACCOUNT, "Service": SERVICE,
            "Role": ROLE, "RoleBinding": ROLE_BINDING, "Deployment": DEPLOYMENT, "Pod": POD,
            "Job": JOB}
 
@@ -205,7 +206,9 @@ def is_subset(want: Any, have: Any) -> bool:
 
 # The fields of each child the operator owns; the rest (status, server defaults, fields
 # written by other controllers, the dev runner's annotations) is left alone.
-OWNED_FIELDS = {"ConfigMap": ("data",), "ServiceAccount": (), "Role": ("rules",),
+OWNED_FIELDS = {"ConfigMap": ("data",), "ServiceAccount": ("automountServiceAccountToken",),
+                "Role": ("rules",),
+                # roleRef is immutable: a binding whose roleRef differs is replaced (apply).
                 "RoleBinding": ("subjects",), "Service": ("spec",), "Deployment": ("spec",),
                 # A Job's spec is immutable: reader Jobs are created, never updated.
                 "Job": ()}
@@ -237,7 +240,23 @@ async def apply(kube: Kube, desired: Mapping[str, Any]) -> str:
             have = await kube.get(kind, ns, name)
             if have is None:
                 raise
+    if desired["kind"] == "RoleBinding" and have.get("roleRef") != desired["roleRef"]:
+        # An older operator bound a Role of its own; the server refuses to change a roleRef.
+        await kube.delete(kind, ns, name)
+        await kube.create(kind, ns, desired)
+        return "updated"
     if is_subset(want, have):
         return "unchanged"
     await kube.patch(kind, ns, name, want)
     return "updated"
+
+
+async def create_once(kube: Kube, desired: Mapping[str, Any]) -> str:
+    """Create `desired` unless an object of its name exists; never reads it. For the Spark
+    auth Secret: the operator may create and delete Secrets but not read any."""
+    kind = BY_KIND[desired["kind"]]
+    try:
+        await kube.create(kind, desired["metadata"]["namespace"], desired)
+        return "created"
+    except Conflict:
+        return "unchanged"

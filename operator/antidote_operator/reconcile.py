@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Mapping
@@ -239,6 +240,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         key = render_key(qc, d.settings, opts)
         if verify or key != st.rendered:
             children = builders.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
+            await _ensure_spark_auth_secret(ctx, qc)
             for child in children:
                 action = await kube.apply(ctx.kube, child)
                 if action != "unchanged":
@@ -315,10 +317,23 @@ def _observe_scale(ctx: Context, st: ConsumerState, replicas: int) -> None:
         st.disabled_seen_at = None
 
 
+async def _ensure_spark_auth_secret(ctx: Context, qc: Mapping[str, Any]) -> None:
+    """The consumer's Spark RPC secret: created once with fresh random bytes, owned by the
+    QueueConsumer, never read back nor rotated by the operator (it may not read Secrets).
+    Deleting the Secret makes the next reconcile create a new one; the driver reads it at
+    start, so roll the driver after that."""
+    secret = builders.build_spark_auth_secret(qc["metadata"]["name"], secrets.token_bytes(32))
+    kopf.adopt(secret, owner=dict(qc))  # type: ignore[arg-type]
+    if await kube.create_once(ctx.kube, secret) == "created":
+        ctx.metrics.child_writes.labels("Secret", "created").inc()
+        log.info("created Secret %s/%s", secret["metadata"]["namespace"], secret["metadata"]["name"])
+
+
 # --- children, deleted explicitly --------------------------------------------------------
 
 DELETE_ORDER = (("Deployment", "deployment"), ("Service", "service"), ("RoleBinding", "role_binding"),
-                ("Role", "role"), ("ServiceAccount", "service_account"), ("ConfigMap", "configmap"))
+                ("ServiceAccount", "service_account"), ("ServiceAccount", "executor_service_account"),
+                ("ConfigMap", "configmap"))
 
 
 async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> list[str]:
@@ -341,6 +356,10 @@ async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> 
             continue
         if await ctx.kube.delete(kind, namespace, child_name):
             deleted.append(f"{kind_name}/{child_name}")
+    # The Secret cannot be read to check its owner (no `get` on Secrets): its name is
+    # reserved for the consumer's (docs/operator.md).
+    if await ctx.kube.delete(kube.SECRET, namespace, n.spark_auth_secret):
+        deleted.append(f"Secret/{n.spark_auth_secret}")
     return deleted + await reader_control.delete_reader_objects(ctx, namespace, name, uid)
 
 
@@ -354,7 +373,7 @@ def dev_runner_termination(annotations: Mapping[str, str]) -> Termination | None
         doc = json.loads(raw)
         at = parse_time(doc.get("finishedAt"))
         return Termination(int(doc["exitCode"]), at, "dev-runner",
-                           parse_time(doc.get("startedAt"))) if at else None
+                           parse_time(doc.get("startedAt")), doc.get("message")) if at else None
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -369,7 +388,8 @@ def pod_termination(pod: Mapping[str, Any]) -> Termination | None:
             term = (cs.get(where) or {}).get("terminated")
             at = parse_time((term or {}).get("finishedAt"))
             if term and at and "exitCode" in term and (best is None or at > best.finished_at):
-                best = Termination(int(term["exitCode"]), at, "pod", parse_time(term.get("startedAt")))
+                best = Termination(int(term["exitCode"]), at, "pod", parse_time(term.get("startedAt")),
+                                   term.get("message"))
     return best
 
 

@@ -27,6 +27,11 @@ PROBE_ANNOTATION = "antidote.dev/probe"
 
 # `antidote consumer` exit codes that mean "I disabled my queue", and why.
 EXIT_REASONS = {3: "ConsecutiveBatchFailures", 4: "SystemicFailure", 5: "Fault"}
+# Exit 2: the driver refused its settings before any Spark work (a handler that cannot be
+# imported, an unreadable Secret); its one line is the container's termination message.
+EXIT_BAD_SETTINGS = 2
+SETTINGS_REJECTED = "SettingsRejected"
+CONSUMER_PREFIX = "antidote consumer: "  # how `antidote consumer` starts its refusals
 DISABLE_REASONS = frozenset(EXIT_REASONS.values())
 CONFIG_REASONS = ("InvalidSpec", "PolicyNotFound", "PolicyInvalid")
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
@@ -73,6 +78,7 @@ class Termination:
     finished_at: datetime
     source: str  # "pod" or "dev-runner"
     started_at: datetime | None = None  # when that process started
+    message: str | None = None  # the termination message (the logs' tail on an error)
 
     def after(self, resumed_at: datetime | None) -> bool:
         """Evidence about the run since `resumed_at`: a driver that started before the resume
@@ -86,6 +92,16 @@ class Termination:
     @property
     def reason(self) -> str | None:
         return EXIT_REASONS.get(self.exit_code)
+
+    def rejected_settings(self) -> str | None:
+        """The driver's own line when it refused its settings (exit 2), else None."""
+        if self.exit_code != EXIT_BAD_SETTINGS:
+            return None
+        lines = [line.strip() for line in (self.message or "").splitlines() if line.strip()]
+        # Its own line, though Spark may have logged after it (a Secret refused once Spark ran).
+        own = [line for line in lines if line.startswith(CONSUMER_PREFIX)]
+        line = (own or lines or ["no message"])[-1]
+        return line.removeprefix(CONSUMER_PREFIX)[:1024]
 
 
 @dataclass(frozen=True)
@@ -365,6 +381,12 @@ def decide(i: Inputs) -> Decision:  # noqa: C901 - one readable pass over the co
 
     # 6. Ready.
     before = was(READY)
+    running = i.deployment is not None and i.deployment.available >= 1
+    rejected = i.termination.rejected_settings() if i.termination is not None else None
+    if problem is None and rejected is not None and not running and not (paused or disabled):
+        # Until a driver runs again (a fixed spec or image): the driver's line says what to fix.
+        problem = (SETTINGS_REJECTED, f"The driver refused its settings and exited with code "
+                                      f"{EXIT_BAD_SETTINGS}: {rejected}")
     if problem is not None:
         put(READY, False, *problem)
         if before is None or (before.reason, before.message) != problem:
@@ -374,7 +396,7 @@ def decide(i: Inputs) -> Decision:  # noqa: C901 - one readable pass over the co
     elif disabled:
         put(READY, False, disabled_reason or "QueueDisabled",
             f"The queue is disabled ({disabled_reason}); see the QueueDisabled condition.")
-    elif i.deployment is not None and i.deployment.available >= 1:
+    elif running:
         put(READY, True, "Running", "The driver is running.")
     else:
         put(READY, False, "Starting", "Waiting for the driver Deployment to become available.")

@@ -98,3 +98,25 @@ def crash_or_linger(msg):
     if msg.value == b"linger":
         time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "5")))
     return msg.value
+
+
+def hang_on_hang(msg):
+    """`upper`, except that the value b"hang" sleeps for an hour (a handler stuck on a call
+    that never answers): only the attempt time limit ends it."""
+    if msg.value == b"hang":
+        _record(msg)
+        time.sleep(3600)
+    return upper(msg)
+
+
+def stubborn_on_hang(msg):
+    """Like `hang_on_hang`, but swallows even the attempt timeout and sleeps on (as code in C
+    that retries an interrupted call does): only ending its process stops it."""
+    if msg.value == b"hang":
+        _record(msg)
+        while True:
+            try:
+                time.sleep(3600)
+            except BaseException:  # noqa: BLE001 - that is the point
+                pass
+    return upper(msg)

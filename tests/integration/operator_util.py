@@ -179,7 +179,7 @@ class Cluster:
         return {
             "ConfigMap": [o.metadata.name for o in self.core.list_namespaced_config_map(self.ns, label_selector=sel).items],
             "ServiceAccount": [o.metadata.name for o in self.core.list_namespaced_service_account(self.ns, label_selector=sel).items],
-            "Role": [o.metadata.name for o in self.rbac.list_namespaced_role(self.ns, label_selector=sel).items],
+            "Secret": [o.metadata.name for o in self.core.list_namespaced_secret(self.ns, label_selector=sel).items],
             "RoleBinding": [o.metadata.name for o in self.rbac.list_namespaced_role_binding(self.ns, label_selector=sel).items],
             "Service": [o.metadata.name for o in self.core.list_namespaced_service(self.ns, label_selector=sel).items],
             "Deployment": [o.metadata.name for o in self.apps.list_namespaced_deployment(self.ns, label_selector=sel).items],

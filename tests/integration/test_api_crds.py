@@ -141,6 +141,8 @@ def test_bad_spec_is_refused_naming_the_field(case: BadSpec, objs: client.Custom
     print(f"BAD-SPEC | {case.kind} | {case.describe()} | {message}")
     assert refused.value.status in (400, 422), message
     assert case.field in message, message
+    for mention in case.mentions:
+        assert mention in message, message
 
 
 def test_kubectl_refuses_unknown_fields_by_default(kubeconfig: str, ns: str, tmp_path: Path) -> None:

@@ -144,11 +144,21 @@ def _settings_cases(tmp_path: Path) -> list[tuple[str, list[str], tuple[str, ...
     settings_json.write_text("{not json")
     cases.append(("settings-not-json", ["--settings", str(settings_json)], ("settings.json",)))
     cases.append(("consumer-without-policy", ["--consumer", str(qc)], ("--policy",)))
+    # Refused at start, before any Spark work (docs/consumer.md, The handler).
+    for case, ref, words in (("handler-missing-module", "no_such_pkg.orders:handle",
+                              ("spec.handler", "No module named 'no_such_pkg'")),
+                             ("handler-missing-function", "json:no_such_function",
+                              ("spec.handler", "no callable 'no_such_function'"))):
+        d = tmp_path / case
+        d.mkdir()
+        bad_qc, bad_pp = _manifests(d, qc_spec={"handler": ref})
+        cases.append((case, ["--consumer", str(bad_qc), "--policy", str(bad_pp)], words))
     return cases
 
 
 SETTINGS_IDS = ["yaml-syntax", "yaml-not-a-mapping", "wrong-kind", "missing-file", "bad-field",
-                "bad-policy-field", "settings-not-json", "consumer-without-policy"]
+                "bad-policy-field", "settings-not-json", "consumer-without-policy",
+                "handler-missing-module", "handler-missing-function"]
 
 
 @pytest.mark.parametrize("case", SETTINGS_IDS)

@@ -14,7 +14,7 @@ def test_random_sigkills_and_lost_checkpoints_lose_nothing_and_quarantine_nothin
                              checkpoint_loss=0.4, max_batch=300, jitter=3.0,
                              folder=tmp_path)
     print(chaos, *audit.lines(), sep="\n")
-    assert chaos.kills + chaos.exited_before_kill == 4 and chaos.kills >= 3
+    assert chaos.kills + chaos.exited_before_kill + chaos.resumes == 4 and chaos.kills >= 3
     assert chaos.checkpoints_lost >= 1
     assert audit.offsets == 2000 and audit.poison_expected == 20
     assert (audit.lost, audit.duplicated_quarantine, audit.wrong_attempts, audit.both) == ([], [], [], [])

@@ -246,3 +246,53 @@ def test_a_consumer_fenced_by_a_newer_instance_exits_6_and_loses_nothing(
     assert code == ExitCode.OK
     assert set(cu.quarantined(kafka_bootstrap, s.topics.poison)) == {(0, 3)}
     assert load_state(kafka_bootstrap, newer[0].topic).counts["processed"] == 5
+
+
+def test_a_handler_that_hangs_times_out_and_the_message_follows_its_policy(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """Each attempt on the hanging message ends at attemptTimeout with antidote.AttemptTimeout,
+    in the Spark worker (first delivery) and in the local worker (the retry cycle):
+    (immediate + 1) x (cycles + 1) = 4 attempts, then poison; the others are processed."""
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"hang" if i == 3 else b"m%d" % i, None)
+                                      for i in range(8)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="hang_on_hang", sink=sink, policy={
+        "retries": {"immediate": 1, "cycles": 1, "cycleDelay": "1s", "attemptTimeout": "1s"}})
+
+    code, m = cu.run(spark, s, deadline=120)
+
+    assert code == ExitCode.OK
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert set(poison) == {(0, 3)}
+    rec, hdrs = poison[(0, 3)]
+    assert (rec.key, rec.value) == (b"k3", b"hang")
+    assert hdrs["antidote.error.class"] == "antidote.AttemptTimeout"
+    assert hdrs["antidote.reason"] == "max-attempts" and hdrs["antidote.attempts"] == "4"
+    assert "attemptTimeout" in hdrs["antidote.error.message"]
+    assert cu.calls(calls_dir, source)[f"{source}/0/3"] == 4
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == sorted(
+        b"M%d" % i for i in range(8) if i != 3)
+    assert cu.metric(m, "antidote_batch_failures_total") == 0  # a failure of one message only
+
+
+def test_a_handler_that_does_not_unwind_ends_its_worker_and_is_isolated(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """One that swallows the timeout too: its Python worker ends itself after the grace, the
+    batch fails as a whole, and the rollbacks and bisection isolate the message."""
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"hang" if i == 2 else b"m%d" % i, None)
+                                      for i in range(6)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="stubborn_on_hang", sink=sink, policy={
+        "retries": {"immediate": 0, "cycles": 0, "attemptTimeout": "1s"},
+        "queueDisable": {"consecutiveBatchFailures": 1}})
+
+    code, m = cu.run(spark, s, deadline=180)
+
+    assert code == ExitCode.OK
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert set(poison) == {(0, 2)}
+    _, hdrs = poison[(0, 2)]
+    assert (hdrs["antidote.reason"], hdrs["antidote.error.class"]) == ("batch-isolation",
+                                                                       "antidote.BatchFailure")
+    assert {r.value for r in read_all(kafka_bootstrap, sink)} == {b"M%d" % i for i in range(6) if i != 2}
+    assert cu.metric(m, "antidote_batch_failures_total") == 1

@@ -158,3 +158,66 @@ def test_sigterm_stops_cleanly_and_a_restart_resumes(stack, kafka_bootstrap, top
     outputs = [r.value for r in read_all(kafka_bootstrap, sink)]
     assert set(outputs) == {b"M%d" % i for i in range(n) if i % 50 != 1}
     assert len(outputs) == n - 4  # a graceful stop finishes its batch: no duplicates
+
+
+def test_a_handler_that_cannot_be_imported_exits_2_before_spark_naming_spec_handler(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    args = manifests(tmp_path, kafka_bootstrap, source, sink, "upper", {})
+    qc = yaml.safe_load((tmp_path / "qc.yaml").read_text())
+    qc["spec"]["handler"] = "shop_handlers_missing.orders:handle"
+    (tmp_path / "qc.yaml").write_text(yaml.safe_dump(qc))
+    log = tmp_path / "consumer.log"
+
+    started = time.monotonic()
+    proc = start(stack, calls_dir, log, args)
+    try:
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    took = time.monotonic() - started
+
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    assert code == 2, lines
+    assert lines == ["antidote consumer: spec.handler 'shop_handlers_missing.orders:handle': cannot "
+                     "import shop_handlers_missing.orders: No module named 'shop_handlers_missing'"]
+    assert took < 20, took  # no Spark session, no ledger, no batch: refused at start
+    assert read_all(kafka_bootstrap, sink) == []
+
+
+def test_sigterm_does_not_wait_on_a_hung_handler_longer_than_its_limit(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """The hung message's batch would take (immediate + 1) x 6 s = 36 s; a SIGTERM cuts it
+    6 s after it is sent, and a restart (here with a policy that gives up sooner) processes
+    the batch again: nothing lost."""
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(None, b"hang" if i == 1 else b"m%d" % i, None) for i in range(5)])
+    policy = {"retries": {"immediate": 5, "cycles": 0, "attemptTimeout": "6s"}}
+    args = manifests(tmp_path, kafka_bootstrap, source, sink, "hang_on_hang", policy)
+    log = tmp_path / "consumer.log"
+    port = free_port()
+
+    proc = start(stack, calls_dir, log, [*args, "--metrics-port", str(port)])
+    wait_until(lambda: cu.calls(calls_dir, source)[f"{source}/0/1"] >= 1, 180, proc, log,
+               "the handler to hang")
+    health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    assert health.status == 200 and health.read().startswith(b"ok")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    took = time.monotonic() - sent
+    assert "finishing the current batch (at most 6s)" in log.read_text()
+    assert took < 6 + 15, took  # the limit, then stopping Spark
+    assert cu.calls(calls_dir, source)[f"{source}/0/1"] < 6  # the batch was cut short
+
+    quick = {"retries": {"immediate": 0, "cycles": 0, "attemptTimeout": "1s"}}
+    finish(stack, calls_dir, log, manifests(tmp_path, kafka_bootstrap, source, sink, "hang_on_hang", quick))
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=quick)
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert set(poison) == {(0, 1)} and poison[(0, 1)][1]["antidote.error.class"] == "antidote.AttemptTimeout"
+    assert {r.value for r in read_all(kafka_bootstrap, sink)} == {b"M0", b"M2", b"M3", b"M4"}

@@ -131,3 +131,40 @@ def test_the_dev_runner_refuses_to_run_inside_a_cluster(kubeconfig: str, namespa
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "--dev-runner refused: the operator runs inside a cluster" in out.stderr
+
+
+def test_a_handler_that_cannot_be_imported_is_reported_in_ready_not_as_a_disabled_queue(
+        k: Cluster, stack, kubeconfig: str, kafka_bootstrap: str, topic_factory, tmp_path, calls_dir) -> None:
+    """The driver refuses its settings at start (exit 2, one line); the operator puts that
+    line in Ready (reason SettingsRejected) with one Warning Event, and the queue stays
+    enabled (a fixed spec turning it Running: tests/unit/test_operator_status.py)."""
+    source = topic_factory()
+    produce(kafka_bootstrap, source, [(b"k0", b"order-0", None)])
+    k.create(policy("plain", {"retries": {"immediate": 0, "cycles": 0}}))
+    k.create(consumer("typo", "plain", kafka_bootstrap, source,
+                      handler="tests.integration.handlerz:upper",
+                      checkpoint={"location": str(tmp_path / "checkpoint")}))
+    env = {**stack.env(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "ANTIDOTE_TEST_CALLS_DIR": str(calls_dir)}
+    args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"),
+            "--dev-runner-master", "local[1]")
+
+    with operator(kubeconfig, k.ns, tmp_path, *args, env=env):
+        c = k.wait_condition("typo", "Ready", "False", "SettingsRejected", timeout=120)
+        assert c["message"] == (
+            "The driver refused its settings and exited with code 2: spec.handler "
+            "'tests.integration.handlerz:upper': cannot import tests.integration.handlerz: "
+            "No module named 'tests.integration.handlerz'")
+        assert k.condition("typo", "QueueDisabled") == ("False", "QueueEnabled")
+        assert k.replicas("typo") == 1  # restarted with back-off: a fixed image is picked up
+        wait_for(lambda: "SettingsRejected" in k.event_reasons("typo"), "the SettingsRejected Event")
+        # Restarted with back-off (10 s), refused again with the same line: no second Event.
+        def exit_() -> dict | None:
+            raw = (k.deployment("typo").metadata.annotations or {}).get("antidote.dev/dev-runner-exit")
+            return json.loads(raw) if raw else None
+        first = wait_for(exit_, "the dev runner to report the exit")
+        assert first["exitCode"] == 2 and "spec.handler" in first["message"]
+        wait_for(lambda: (e := exit_()) and e["finishedAt"] != first["finishedAt"], "a second exit",
+                 timeout=60)
+        assert k.condition("typo", "Ready") == ("False", "SettingsRejected")
+    assert k.event_reasons("typo").count("SettingsRejected") == 1

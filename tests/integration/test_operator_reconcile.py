@@ -48,12 +48,13 @@ def test_children_have_the_right_specs_and_owners(k: Cluster, kubeconfig: str, k
         wait_for(lambda: k.deployment("orders"), "the Deployment")
         wait_for(lambda: all(k.children("orders").values()), "all children")
         assert k.children("orders") == {
-            "ConfigMap": ["orders-settings"], "ServiceAccount": ["orders-driver"], "Role": ["orders-driver"],
-            "RoleBinding": ["orders-driver"], "Service": ["orders"], "Deployment": ["orders"]}
+            "ConfigMap": ["orders-settings"], "ServiceAccount": ["orders-driver", "orders-executor"],
+            "Secret": ["orders-spark-auth"], "RoleBinding": ["orders-driver"], "Service": ["orders"],
+            "Deployment": ["orders"]}
         uid = qc["metadata"]["uid"]
         objs = [k.core.read_namespaced_config_map("orders-settings", k.ns),
                 k.core.read_namespaced_service_account("orders-driver", k.ns),
-                k.rbac.read_namespaced_role("orders-driver", k.ns),
+                k.core.read_namespaced_secret("orders-spark-auth", k.ns),
                 k.rbac.read_namespaced_role_binding("orders-driver", k.ns),
                 k.core.read_namespaced_service("orders", k.ns), k.deployment("orders")]
         for o in objs:
@@ -72,6 +73,11 @@ def test_children_have_the_right_specs_and_owners(k: Cluster, kubeconfig: str, k
         assert c.command == ["antidote"] and c.args[:3] == ["consumer", "--settings", "/etc/antidote/settings.yaml"]
         assert dep.spec.template.spec.service_account_name == "orders-driver"
         assert objs[4].spec.cluster_ip == "None"
+        # Least privilege: the chart's driver ClusterRole bound in this namespace only; the
+        # executors' ServiceAccount bound to nothing and without a token; a random RPC secret.
+        assert (objs[3].role_ref.kind, objs[3].role_ref.name) == ("ClusterRole", "antidote-spark-driver")
+        assert k.core.read_namespaced_service_account("orders-executor", k.ns).automount_service_account_token is False
+        assert len(objs[2].data["secret"]) >= 40 and objs[2].type == "Opaque"  # 32 bytes, base64
 
         k.wait_condition("orders", "Ready", "False", "Starting")
         assert k.condition("orders", "QueueDisabled") == ("False", "QueueEnabled")
@@ -211,6 +217,23 @@ def test_pause_disable_by_exit_code_and_resume(k: Cluster, kubeconfig: str, kafk
         assert k.event_reasons("pay") == ["Paused", "Resumed", "QueueDisabled", "Resumed"]
 
 
+def test_a_driver_role_binding_of_an_older_operator_is_replaced(k: Cluster, kubeconfig: str, kafka_bootstrap: str,
+                                                                tmp_path) -> None:
+    """Older operators bound a Role of their own; a roleRef cannot be changed in place, so the
+    binding is replaced by one to the drivers' ClusterRole."""
+    k.create(policy("p"))
+    k.rbac.create_namespaced_role_binding(k.ns, {
+        "metadata": {"name": "up-driver", "labels": {"antidote.dev/consumer": "up"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "up-driver"},
+        "subjects": [{"kind": "ServiceAccount", "name": "up-driver"}]})
+    k.create(consumer("up", "p", kafka_bootstrap, "up"))
+    with operator(kubeconfig, k.ns, tmp_path):
+        wait_for(lambda: k.rbac.read_namespaced_role_binding("up-driver", k.ns).role_ref.kind == "ClusterRole",
+                 "the binding replaced", errors=(client.ApiException,))
+        wait_for(lambda: all(k.children("up").values()), "children")
+        assert k.children("up")["RoleBinding"] == ["up-driver"]
+
+
 def test_deleting_the_consumer_removes_its_children(k: Cluster, kubeconfig: str, kafka_bootstrap: str,
                                                     tmp_path) -> None:
     k.create(policy("p"))
@@ -270,7 +293,9 @@ def test_restarting_the_operator_makes_no_duplicates_and_no_event_storm(
         time.sleep(4)
         for n in ("r1", "r3"):
             assert k.children(n) == versions[n]
-            assert all(len(names) == 1 for names in k.children(n).values()), k.children(n)
+            assert {kind: len(names) for kind, names in k.children(n).items()} == {
+                "ConfigMap": 1, "ServiceAccount": 2, "Secret": 1, "RoleBinding": 1, "Service": 1,
+                "Deployment": 1}, k.children(n)
             assert k.deployment(n).metadata.resource_version == rvs[n]  # not even re-written
         assert {n: k.event_reasons(n) for n in ("r1", "r2", "r3")} == events
         # Events are posted after the status that records them is stored (so a restart never
@@ -306,4 +331,6 @@ def test_two_replicas_with_peering_one_acts(k: Cluster, kubeconfig: str, kafka_b
             ok = 'antidote_operator_reconciles_total{kind="QueueConsumer",result="ok"}'
             assert operator_metric(high.metrics_port, ok) >= 1
             assert operator_metric(low.metrics_port, ok) == 0  # paused by Kopf peering
-            assert all(len(v) == 1 for v in k.children("ha").values())
+            assert {kind: len(v) for kind, v in k.children("ha").items()} == {
+                "ConfigMap": 1, "ServiceAccount": 2, "Secret": 1, "RoleBinding": 1, "Service": 1,
+                "Deployment": 1}, k.children("ha")

@@ -89,10 +89,11 @@ def test_drain_spawns_one_job_per_request_across_restarts(k: Cluster, kubeconfig
         entry = wait_for(lambda: status_jobs(k, "orders").get(first), "status.readerJobs")
         assert (entry["trigger"], entry["action"], entry["phase"]) == ("Manual", "Hold", "Pending")
         wait_for(lambda: k.event_reasons("orders").count("ReaderJobStarted") == 1, "ReaderJobStarted")
-        # Least privilege: its own ServiceAccount, no API token, and no Role of its own.
+        # Least privilege: its own ServiceAccount, no API token, and nothing bound to it.
         sa = k.core.read_namespaced_service_account("orders-reader", k.ns)
         assert sa.automount_service_account_token is False
-        assert [r.metadata.name for r in k.rbac.list_namespaced_role(k.ns).items] == ["orders-driver"]
+        assert not k.rbac.list_namespaced_role(k.ns).items
+        assert [b.subjects[0].name for b in k.rbac.list_namespaced_role_binding(k.ns).items] == ["orders-driver"]
         job = client.BatchV1Api(k.core.api_client).read_namespaced_job(first, k.ns)
         (ref,) = job.metadata.owner_references
         assert (ref.kind, ref.name) == ("QueueConsumer", "orders")

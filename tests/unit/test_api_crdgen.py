@@ -95,7 +95,7 @@ def test_server_defaults_are_the_model_defaults() -> None:
     defaulted = _apply_defaults({}, _schema("PoisonPolicy"))["spec"]
     assert defaulted == PoisonPolicySpec().wire()
     assert defaulted["retries"] == {"immediate": 5, "cycles": 2, "cycleDelay": "30m", "backoff": 1.0,
-                                    "nonRetryable": []}
+                                    "nonRetryable": [], "attemptTimeout": "1m"}
     qc = _apply_defaults(copy.deepcopy(valid_consumer()["spec"]), _schema("QueueConsumer")["properties"]["spec"])
     assert qc == QueueConsumerSpec.model_validate(valid_consumer()["spec"]).wire()
 

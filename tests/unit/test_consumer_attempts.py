@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from antidote_consumer import headers as h
 from antidote_consumer.attempts import Plan, Reason, Verdict, class_name, is_non_retryable, run_pass
-from antidote_consumer.handler import HandlerLoadError, encode_output, load_handler
+from antidote_consumer.handler import HandlerLoadError, check_handler, encode_output, load_handler
 from antidote_consumer.message import Message
 
 MSG = Message(b"k", b'{"id": 1}', (("trace", b"t"),), "orders", 2, 41, 1_700_000_000_000)
@@ -114,3 +115,16 @@ def test_failure_headers_round_trip_and_truncate() -> None:
 def test_a_record_without_antidote_headers_is_not_a_retry_record() -> None:
     with pytest.raises(ValueError, match="not an Antidote retry record"):
         h.retry_state([("trace", b"t")])
+
+
+def test_check_handler_names_the_handler_and_the_import_error(tmp_path, monkeypatch) -> None:
+    (tmp_path / "broken_at_import.py").write_text("raise RuntimeError('no config file\\nsecond line')\n")
+    (tmp_path / "hangs_at_import.py").write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
+    assert check_handler("json:dumps") is None
+    assert check_handler("nope.mod:f") == "handler 'nope.mod:f': cannot import nope.mod: No module named 'nope'"
+    assert check_handler("json:nothing") == "handler 'json:nothing': json has no callable 'nothing'"
+    assert check_handler("broken_at_import:f") == ("handler 'broken_at_import:f': importing broken_at_import "
+                                                   "failed: RuntimeError: no config file")
+    assert check_handler("hangs_at_import:f", timeout=1) == (
+        "handler 'hangs_at_import:f': importing it did not finish in 1s")

@@ -40,6 +40,25 @@ def test_the_policy_must_be_the_one_referenced(tmp_path: Path) -> None:
         from_manifests(EXAMPLES / "queueconsumer-minimal.yaml", path)
 
 
+def test_settings_that_set_a_key_the_operator_owns_exit_2_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CRD refuses such a QueueConsumer; a settings file written by hand (or by an older
+    operator) is refused again by the consumer, before Spark or Kafka is touched."""
+    from antidote_cli.main import main
+
+    s = from_manifests(EXAMPLES / "queueconsumer-minimal.yaml", EXAMPLES / "poisonpolicy-minimal.yaml")
+    doc = s.model_dump(mode="json", by_alias=True)
+    doc["spark"]["conf"] = {"spark.sql.shuffle.partitions": "4",
+                            "spark.kubernetes.authenticate.executor.serviceAccountName": "default"}
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["consumer", "--settings", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any("spark.conf" in line and "spark.kubernetes.authenticate.executor.serviceAccountName" in line
+               for line in err), err
+    assert not any("Traceback" in line for line in err), err
+
+
 def test_missing_and_non_mapping_files(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="No such file"):
         load_settings(tmp_path / "nope.yaml")

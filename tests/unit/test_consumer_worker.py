@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
+import sys
+import textwrap
+import time
 
 import pyarrow as pa
 import pytest
@@ -41,6 +45,14 @@ def handler(msg: Message):
         return None  # nothing to write, still a success
     if kind == "dict":
         return {"v": msg.value.decode(), "headers": [k for k, _ in msg.headers]}
+    if kind == "exit":
+        raise SystemExit(3)  # ends the task, not a failure of the message
+    if kind == "hang":  # sleeps past any limit, and its own retry loop swallows Exceptions
+        while True:
+            try:
+                time.sleep(3600)
+            except Exception:  # noqa: BLE001 - what a careless handler does
+                continue
     return msg.value.upper()
 
 
@@ -53,11 +65,12 @@ def batch(values: list[bytes], topic: str = "src", headers: list | None = None) 
 
 
 def run(values: list[bytes], *, validation: dict | None = None, immediate: int = 2,
-        topic: str = "src", headers: list | None = None) -> tuple[dict, list[dict]]:
+        topic: str = "src", headers: list | None = None, attempt_timeout: float = 60.0,
+        non_retryable: frozenset[str] = frozenset({"Fatal"})) -> tuple[dict, list[dict]]:
     calls.clear()
     cfg = WorkerConfig(handler=f"{__name__}:handler", source_topic="src", immediate=immediate,
-                       cycles=1, non_retryable=frozenset({"Fatal"}), validation=validation,
-                       sink_kafka=None, emit_outputs=True)
+                       cycles=1, non_retryable=non_retryable, validation=validation,
+                       sink_kafka=None, emit_outputs=True, attempt_timeout=attempt_timeout)
     rows = [r for b in process(cfg, iter([batch(values, topic, headers)])) for r in b.to_pylist()]
     summary = next(r for r in rows if r["kind"] == "summary")
     (end,) = [r for r in rows if r["kind"] == "end"]  # one partition read
@@ -120,3 +133,62 @@ def test_a_retry_record_counts_attempts_from_its_headers_and_shows_user_headers(
     assert (bad["kind"], bad["attempts"], bad["otopic"], bad["ooffset"]) == ("final", 6, "src", 7)
     assert json.loads(ok["output"])["headers"] == ["trace"]  # no antidote.* header shown
     assert ok["attempts"] == 4  # three before, and this one
+
+
+def test_an_attempt_past_the_time_limit_fails_with_attempt_timeout_and_the_others_go_on() -> None:
+    start = time.monotonic()
+    summary, rows = run([b"ok:1", b"hang:2", b"ok:3"], immediate=1, attempt_timeout=0.3)
+    took = time.monotonic() - start
+    [row] = [r for r in rows if r["kind"] != "ok"]
+    assert (row["value"], row["kind"], row["error_class"], row["attempts"]) == (
+        b"hang:2", "retry", "antidote.AttemptTimeout", 2)
+    assert "attemptTimeout" in row["error_message"] and "time.sleep" in row["stack"]
+    assert calls[b"hang:2"] == 2 and (summary["n_ok"], summary["n_attempts"]) == (2, 4)
+    assert 0.6 <= took < 3, took  # two attempts of 0.3s, each ended within the watchdog's poll
+
+
+def test_attempt_timeout_can_be_listed_as_non_retryable() -> None:
+    _, [_, row] = run([b"ok:1", b"hang:2"], immediate=3, attempt_timeout=0.2,
+                      non_retryable=frozenset({"antidote.AttemptTimeout"}))
+    assert (row["kind"], row["reason"], row["attempts"]) == ("final", "non-retryable", 1)
+
+
+def test_an_attempt_that_ends_the_task_leaves_no_attempt_for_the_watchdog() -> None:
+    """The Python worker may run the next task: a stale start time would time it out."""
+    from antidote_consumer.deadline import watchdog
+
+    with pytest.raises(SystemExit):
+        run([b"ok:1", b"exit:2"], attempt_timeout=0.2)
+    assert watchdog(0.2).started == 0.0
+
+
+def test_a_handler_that_does_not_unwind_ends_its_process() -> None:
+    """Stuck past the limit and its grace (here it swallows even AttemptTimeout): the worker
+    process ends itself with KILLED_EXIT, naming the message, as Spark's worker would."""
+    code = textwrap.dedent('''
+        import time, pyarrow as pa
+        from antidote_consumer.worker import INPUT_FIELDS, WorkerConfig, arrow_schema, process
+
+        def stubborn(msg):
+            while True:
+                try:
+                    time.sleep(3600)
+                except BaseException:
+                    pass
+
+        cols = {"key": [b"k"], "value": [b"v"], "topic": ["src"], "partition": [2],
+                "offset": [41], "ts": [0], "headers": [None]}
+        b = pa.RecordBatch.from_pydict(cols, schema=arrow_schema(INPUT_FIELDS))
+        cfg = WorkerConfig(handler="__main__:stubborn", source_topic="src", immediate=0, cycles=0,
+                           non_retryable=frozenset(), validation=None, sink_kafka=None,
+                           emit_outputs=True, attempt_timeout=0.3)
+        list(process(cfg, iter([b])))
+        print("not reached")
+    ''')
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 124, proc.stderr
+    assert "not reached" not in proc.stdout
+    assert "the attempt on src/2/41 is still running" in proc.stderr
+    assert "spec.retries.attemptTimeout 0.3s" in proc.stderr
+    assert time.monotonic() - start < 10

@@ -29,7 +29,7 @@ def children(s: EffectiveSettings | None = None, replicas: int = 1, opts: Render
 
 def test_every_child_is_named_labelled_and_owned_by_the_consumer() -> None:
     kids = build_children(OWNER, settings(), replicas=1, opts=RenderOptions())
-    assert [c["kind"] for c in kids] == ["ConfigMap", "ServiceAccount", "Role", "RoleBinding",
+    assert [c["kind"] for c in kids] == ["ConfigMap", "ServiceAccount", "ServiceAccount", "RoleBinding",
                                          "Service", "Deployment"]
     for c in kids:
         meta = c["metadata"]
@@ -40,9 +40,10 @@ def test_every_child_is_named_labelled_and_owned_by_the_consumer() -> None:
         assert meta["ownerReferences"] == [{"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
                                             "name": "orders", "uid": "uid-1", "controller": True,
                                             "blockOwnerDeletion": True}]
-    names = {c["kind"]: c["metadata"]["name"] for c in kids}
-    assert names == {"ConfigMap": "orders-settings", "ServiceAccount": "orders-driver", "Role": "orders-driver",
-                     "RoleBinding": "orders-driver", "Service": "orders", "Deployment": "orders"}
+    assert [(c["kind"], c["metadata"]["name"]) for c in kids] == [
+        ("ConfigMap", "orders-settings"), ("ServiceAccount", "orders-driver"),
+        ("ServiceAccount", "orders-executor"), ("RoleBinding", "orders-driver"), ("Service", "orders"),
+        ("Deployment", "orders")]
 
 
 def test_configmap_holds_the_effective_settings_that_load_back() -> None:
@@ -82,6 +83,9 @@ def test_deployment_runs_one_driver_with_the_mounted_settings() -> None:
     assert c["resources"]["requests"] == {"cpu": "1", "memory": "1408Mi"}  # 1g + 384Mi overhead
     assert pod["volumes"][0] == {"name": "settings", "configMap": {"name": "orders-settings"}}
     assert children(replicas=0)["Deployment"]["spec"]["replicas"] == 0
+    # The consumer's heartbeat is its liveness; its one line on exit 2 its termination message.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
 def test_settings_hash_rolls_the_driver_when_the_settings_change() -> None:
@@ -98,7 +102,8 @@ def test_secrets_are_mounted_by_reference_never_copied() -> None:
                                  "secretRef": {"name": "sink-creds"}}})
     kids = children(s)
     pod = kids["Deployment"]["spec"]["template"]["spec"]
-    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"kafka-creds", "sink-creds"}
+    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {
+        "kafka-creds", "sink-creds", "orders-spark-auth"}
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert {"/etc/antidote/secrets/kafka-creds", "/etc/antidote/secrets/sink-creds"} <= mounts
     conf = kids["ConfigMap"]["data"]["spark-defaults.conf"]
@@ -106,21 +111,94 @@ def test_secrets_are_mounted_by_reference_never_copied() -> None:
     assert "password" not in str(kids).lower()
 
 
-def test_role_lets_the_driver_manage_executor_pods_in_its_namespace_only() -> None:
-    kids = children()
-    role, binding = kids["Role"], kids["RoleBinding"]
-    assert role["kind"] == "Role"  # namespaced, never a ClusterRole
-    pods = next(r for r in role["rules"] if r["resources"] == ["pods"])
-    assert {"create", "delete", "watch", "list"} <= set(pods["verbs"])
-    assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in role["rules"])
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "orders-driver"}
+def test_driver_is_bound_to_the_charts_cluster_role_in_its_namespace_only() -> None:
+    binding = children(opts=RenderOptions(driver_cluster_role="rel-antidote-spark-driver"))["RoleBinding"]
+    assert binding["kind"] == "RoleBinding"  # namespaced: the ClusterRole applies in "shop" only
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "rel-antidote-spark-driver"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "orders-driver"}]
+    rules = {r["resources"][0]: set(r["verbs"]) for r in builders.DRIVER_RULES}
+    assert rules == {"pods": {"get", "list", "watch", "create", "patch", "delete", "deletecollection"},
+                     "configmaps": {"create", "deletecollection"}}
+
+
+def _conf(kids) -> dict[str, str]:
+    return dict(line.split(" ", 1) for line in kids["ConfigMap"]["data"]["spark-defaults.conf"].splitlines())
+
+
+def test_executors_run_under_their_own_service_account_without_a_token() -> None:
+    kids = build_children(OWNER, settings(), replicas=1, opts=RenderOptions())
+    executor_sa = next(c for c in kids if c["metadata"]["name"] == "orders-executor")
+    assert executor_sa["automountServiceAccountToken"] is False
+    assert not any(c["kind"] == "RoleBinding" and c["subjects"][0]["name"] == "orders-executor" for c in kids)
+    cm = kids[0]
+    template = yaml.safe_load(cm["data"]["executor-pod-template.yaml"])
+    assert template["spec"]["serviceAccountName"] == "orders-executor"
+    assert template["spec"]["automountServiceAccountToken"] is False
+    conf = _conf({"ConfigMap": cm})
+    assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "orders-executor"
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == "/etc/antidote/executor-pod-template.yaml"
+    assert conf["spark.kubernetes.executor.podTemplateContainerName"] == template["spec"]["containers"][0]["name"]
+    assert conf["spark.kubernetes.driver.service.deleteOnTermination"] == "false"  # no Service permission
+    # No PersistentVolumeClaim permission either (Spark 4.0 owns and deletes claims by default).
+    assert conf["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
+    assert conf["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
+
+
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                        "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+
+
+def test_driver_and_executor_pods_are_restricted_with_a_writable_tmp() -> None:
+    kids = children()
+    driver = kids["Deployment"]["spec"]["template"]["spec"]
+    executor = yaml.safe_load(kids["ConfigMap"]["data"]["executor-pod-template.yaml"])["spec"]
+    for pod in (driver, executor):
+        assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                          "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+        (c,) = pod["containers"]
+        assert c["securityContext"] == RESTRICTED_CONTAINER
+        assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+        assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+
+
+def test_spark_rpc_is_authenticated_with_the_consumers_secret_from_a_file() -> None:
+    kids = children()
+    conf = _conf(kids)
+    assert conf["spark.authenticate"] == "true"
+    assert conf["spark.authenticate.secret.file"] == "/etc/antidote/spark-auth/secret"
+    assert conf["spark.kubernetes.executor.secrets.orders-spark-auth"] == "/etc/antidote/spark-auth"
+    pod = kids["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "spark-auth", "secret": {"secretName": "orders-spark-auth", "defaultMode": 0o440}} in pod["volumes"]
+    assert {"name": "spark-auth", "mountPath": "/etc/antidote/spark-auth", "readOnly": True} in \
+        pod["containers"][0]["volumeMounts"]
+    secret = builders.build_spark_auth_secret("orders", b"\x00" * 32)
+    assert secret["metadata"]["name"] == "orders-spark-auth" and secret["type"] == "Opaque"
+    assert list(secret["data"]) == ["secret"]
+
+
+def test_the_operator_sets_only_keys_the_api_refuses_in_spec_spark_conf() -> None:
+    """Every key of spark-defaults.conf that matters for isolation is one the user cannot
+    override; resources and tuning the spec sets are left to it."""
+    from antidote_api import spark_conf
+
+    conf = _conf(children())
+    tuning = {"spark.driver.cores", "spark.executor.instances", "spark.executor.cores", "spark.executor.memory",
+              "spark.sql.warehouse.dir"}
+    assert {k for k in conf if not spark_conf.is_owned(k)} == tuning
 
 
 def test_headless_service_exposes_driver_and_metrics() -> None:
     svc = children()["Service"]["spec"]
     assert svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"] is True
-    assert svc["selector"] == {"antidote.dev/consumer": "orders"}
+    assert svc["selector"] == {"antidote.dev/consumer": "orders", "app.kubernetes.io/component": "driver"}
+    # It selects the driver pod and not the executors, which carry the consumer label too.
+    driver_labels = children()["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    conf = _conf(children())
+    executor_labels = {k.removeprefix("spark.kubernetes.executor.label."): v for k, v in conf.items()
+                       if k.startswith("spark.kubernetes.executor.label.")}
+    assert svc["selector"].items() <= driver_labels.items()
+    assert not svc["selector"].items() <= executor_labels.items()
     assert {p["name"]: p["port"] for p in svc["ports"]} == {"driver": 7078, "blockmanager": 7079, "metrics": 9090}
     assert builders.metrics_url("orders", "shop") == "http://orders.shop.svc:9090/metrics"
 

@@ -247,3 +247,26 @@ def test_an_exit_in_the_second_the_consumer_was_created_counts() -> None:
     new = decide(inputs())
     d = decide(inputs(status=new.status, termination=Termination(3, T0, "pod")))
     assert d.disabled == "ConsecutiveBatchFailures"
+
+
+def test_a_driver_that_refuses_its_settings_says_why_in_ready_until_one_runs() -> None:
+    line = ("antidote consumer: spec.handler 'shop.handlers:charge': cannot import shop.handlers: "
+            "No module named 'shop'")
+    term = Termination(2, T0, "pod", message=f"some earlier log line\n{line}\n")
+    d = decide(inputs(termination=term, deployment=DeploymentView(replicas=1, available=0)))
+    assert d.replicas == 1  # the driver keeps restarting with back-off: a fixed image is picked up
+    assert cond(d, "Ready") == ("False", "SettingsRejected")
+    [event] = d.events
+    assert (event.type, event.reason) == ("Warning", "SettingsRejected")
+    assert event.message == ("The driver refused its settings and exited with code 2: spec.handler "
+                             "'shop.handlers:charge': cannot import shop.handlers: No module named 'shop'")
+    assert cond(d, "QueueDisabled") == ("False", "QueueEnabled")  # not a disabled queue
+    again = decide(inputs(status=d.status, termination=term, now=T0 + timedelta(minutes=1)))
+    assert again.events == []
+    fixed = decide(inputs(status=d.status, termination=term,
+                          deployment=DeploymentView(replicas=1, available=1)))
+    assert cond(fixed, "Ready") == ("True", "Running")
+    assert cond(decide(inputs(termination=Termination(2, T0, "dev-runner"))), "Ready") == (
+        "False", "SettingsRejected")
+    later_spark_line = Termination(2, T0, "pod", message=f"{line}\n26/11/23 WARN SparkContext: stopped\n")
+    assert later_spark_line.rejected_settings().startswith("spec.handler 'shop.handlers:charge'")

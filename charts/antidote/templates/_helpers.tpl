@@ -32,6 +32,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{/* The ClusterRole every consumer's driver is bound to (RoleBinding per consumer). */}}
+{{- define "antidote.driverClusterRoleName" -}}
+{{- printf "%s-spark-driver" (include "antidote.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "antidote.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "antidote.fullname" .) .Values.serviceAccount.name -}}
@@ -69,6 +74,7 @@ app.kubernetes.io/component: operator
 - --metrics-port={{ .Values.metrics.port }}
 - --liveness=http://0.0.0.0:{{ .Values.liveness.port }}/healthz
 - --consumer-image={{ include "antidote.consumerImage" . }}
+- --driver-cluster-role={{ include "antidote.driverClusterRoleName" . }}
 - --scrape-interval={{ .Values.operator.scrapeInterval }}
 - --resync-interval={{ .Values.operator.resyncInterval }}
 - --poison-event-interval={{ .Values.operator.poisonEventInterval }}
@@ -89,9 +95,10 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end -}}
 
-{{/* What the operator does in a watched namespace (docs/operator.md, "Permissions it
-needs"): no wildcards, no Secrets. It must hold every permission it grants the drivers'
-Roles (pods, configmaps, services), or the API server refuses to create those Roles. */}}
+{{/* What the operator does in a watched namespace (docs/helm.md, "RBAC"): no wildcards,
+no Secret it can read, no pod it can create. Drivers get their permissions from the chart's
+driver ClusterRole, which the operator may only bind (RoleBinding per consumer): it does not
+hold what that role grants. */}}
 {{- define "antidote.namespacedRules" -}}
 # Its own resources: Kopf watches and patches them (finalizers, annotations, status).
 - apiGroups: [antidote.dev]
@@ -100,19 +107,29 @@ Roles (pods, configmaps, services), or the API server refuses to create those Ro
 - apiGroups: [antidote.dev]
   resources: [queueconsumers/status, poisonpolicies/status]
   verbs: [get, patch]
-# Children of a QueueConsumer; configmaps and pods also as granted to the driver's Role.
+# Children of a QueueConsumer.
 - apiGroups: [""]
-  resources: [configmaps, pods]
-  verbs: [get, list, watch, create, patch, delete, deletecollection]
-- apiGroups: [""]
-  resources: [services, serviceaccounts]
+  resources: [configmaps, services, serviceaccounts]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
-  resources: [roles, rolebindings]
+  resources: [rolebindings]
   verbs: [get, list, watch, create, patch, delete]
+# Binding the drivers' ClusterRole, and only that one, into a consumer's namespace.
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterroles]
+  verbs: [bind]
+  resourceNames: [{{ include "antidote.driverClusterRoleName" . }}]
+# Each consumer's Spark RPC secret: created and deleted, never read (no get, list, watch).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create, delete]
+# Drivers' pods: their exit codes (watched), and reader pods' termination messages.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
 # Poison-reader Jobs, and their pods' termination messages (the reader's result).
 - apiGroups: [batch]
   resources: [jobs]

@@ -1,0 +1,127 @@
+"""Per-attempt time limits (`spec.retries.attemptTimeout`) in the process that runs the
+handler: a Spark Python worker, or the driver's local worker.
+
+Two steps, both driven by one watchdog thread per process:
+- at the limit, SIGUSR1 (SIGALRM is left to user code and test timeouts) is sent to the
+  main thread, whose signal handler raises `AttemptTimeout` inside the handler call: that
+  ends Python code and any wait the kernel interrupts (sleep, socket reads, locks). The
+  attempt fails like any other and the policy decides what follows.
+- if the attempt is still running `grace` later (a handler stuck in C code that retries on
+  EINTR, or one that swallowed the error), the process ends itself (`os._exit`). Spark starts
+  a new Python worker and the batch fails as a whole (rollbacks, then bisection isolates the
+  message); a dead local worker sends its batch to a Spark job, where the same happens.
+
+The hot loop pays two attribute stores and one clock read per attempt (written inline
+there, as `timed` does for the later attempts); the watchdog wakes every limit/10 (between
+50 ms and 1 s) and reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+KILL_GRACE_MAX_S = 10.0  # the hard kill comes min(limit, this) after the timeout was raised
+SIGNAL = signal.SIGUSR1
+KILLED_EXIT = 124  # a worker that ended itself over a stuck attempt (coreutils timeout's code)
+
+
+class AttemptTimeout(BaseException):
+    """An attempt ran past spec.retries.attemptTimeout.
+
+    A BaseException, as KeyboardInterrupt is: a handler's `except Exception` (a retry loop of
+    its own) must not swallow it and run on past the limit."""
+
+
+# So its error class, in the headers and for nonRetryable, is `antidote.AttemptTimeout`.
+AttemptTimeout.__module__ = "antidote"
+
+
+def kill_grace(limit_s: float) -> float:
+    return min(limit_s, KILL_GRACE_MAX_S)
+
+
+class Watchdog:
+    """One per process. `started` is the current attempt's start (time.monotonic()), 0.0
+    between attempts; `msg` is its message (named when the process ends itself)."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit = limit_s
+        self.started = 0.0
+        self.msg = None
+        self.fired = 0.0  # `started` of the attempt the timeout was raised in
+        self.pid = os.getpid()
+        self.main = threading.main_thread().ident
+        self.soft = False
+        self.install()
+        threading.Thread(target=self._watch, name="antidote-attempt-watchdog", daemon=True).start()
+
+    def install(self) -> None:
+        """(Re)installs the signal handler: only the main thread may, and Python code there
+        may have replaced it since the last batch."""
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(SIGNAL) != self._on_alarm:
+                signal.signal(SIGNAL, self._on_alarm)
+            self.soft = True
+
+    @property
+    def poll(self) -> float:
+        return max(0.05, min(1.0, self.limit / 10))
+
+    def timed(self, handler):
+        """`handler` under the limit (the hot loop inlines the same for its first attempt)."""
+        def call(msg):
+            self.msg = msg
+            self.started = time.monotonic()
+            try:
+                return handler(msg)
+            finally:
+                self.started = 0.0
+        return call
+
+    def _on_alarm(self, _signum, _frame) -> None:
+        started = self.started
+        # Only inside the attempt the watchdog fired for: a late signal must not hit the loop.
+        if started and started == self.fired:
+            raise AttemptTimeout(f"the attempt ran longer than {self.limit:g}s (spec.retries.attemptTimeout)")
+
+    def _watch(self) -> None:
+        fired_at = 0.0
+        while True:
+            time.sleep(self.poll)
+            started = self.started
+            if not started:
+                continue
+            now = time.monotonic()
+            if self.fired != started:
+                if now - started >= self.limit:
+                    self.fired, fired_at = started, now
+                    if self.soft:
+                        signal.pthread_kill(self.main, SIGNAL)
+            elif now - fired_at >= kill_grace(self.limit):
+                self._kill(now - started)
+
+    def _kill(self, late: float) -> None:
+        msg = self.msg
+        where = f"{msg.topic}/{msg.partition}/{msg.offset}" if msg is not None else "a message"
+        os.write(2, (f"antidote: the attempt on {where} is still running {late:.1f}s after it started "
+                     f"(spec.retries.attemptTimeout {self.limit:g}s, plus {kill_grace(self.limit):g}s "
+                     "to unwind): ending this Python worker\n").encode())
+        os._exit(KILLED_EXIT)
+
+
+_watchdog: Watchdog | None = None
+
+
+def watchdog(limit_s: float) -> Watchdog:
+    """This process's watchdog, set to `limit_s` (a forked process gets its own)."""
+    global _watchdog
+    wd = _watchdog
+    if wd is None or wd.pid != os.getpid():
+        wd = _watchdog = Watchdog(limit_s)
+    else:
+        wd.install()
+    wd.limit = limit_s
+    return wd

@@ -1,0 +1,104 @@
+"""Spark configuration keys the operator owns, which a QueueConsumer's `spec.spark.conf` may
+not set: one list, read by the CRD's CEL rule (the API server refuses the object) and by the
+models (the consumer refuses its settings file with exit 2).
+
+Taken from Spark's "Running on Kubernetes" and "Security" configuration pages: every key
+that chooses the master, the namespace, the API credentials and ServiceAccounts, pod names
+and templates, what is mounted into the pods, the driver's address and ports, or the RPC
+authentication. Letting a consumer set them would undo the least-privilege set-up (an
+executor under the driver's ServiceAccount, a Secret of another app mounted, a hostPath
+volume) or break the wiring (executors that cannot reach the driver).
+A key ending in `*` is a prefix: every key that starts with the part before the `*`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Owned:
+    keys: tuple[str, ...]
+    why: str
+
+
+OWNED: tuple[Owned, ...] = (
+    Owned(("spark.master", "spark.submit.deployMode", "spark.kubernetes.context",
+           "spark.kubernetes.driver.master"),
+          "the master and the API server: the driver runs in client mode against its own cluster"),
+    Owned(("spark.kubernetes.namespace",), "the namespace: the consumer's own"),
+    Owned(("spark.kubernetes.authenticate.*",),
+          "API credentials and the driver's and executors' ServiceAccounts"),
+    Owned(("spark.kubernetes.driver.pod.name", "spark.kubernetes.executor.podNamePrefix",
+           "spark.kubernetes.driver.label.antidote.dev/*",
+           "spark.kubernetes.executor.label.antidote.dev/*",
+           "spark.kubernetes.executor.label.app.kubernetes.io/*"),
+          "pod names and the labels the operator finds pods by"),
+    Owned(("spark.kubernetes.driver.podTemplateFile", "spark.kubernetes.executor.podTemplateFile",
+           "spark.kubernetes.driver.podTemplateContainerName",
+           "spark.kubernetes.executor.podTemplateContainerName",
+           "spark.kubernetes.driver.pod.featureSteps", "spark.kubernetes.executor.pod.featureSteps"),
+          "pod templates and pod-building code: they carry the pods' security context"),
+    Owned(("spark.kubernetes.container.image", "spark.kubernetes.container.image.pullPolicy",
+           "spark.kubernetes.driver.container.image", "spark.kubernetes.executor.container.image"),
+          "the image: `spec.spark.image`"),
+    Owned(("spark.kubernetes.driver.secrets.*", "spark.kubernetes.executor.secrets.*",
+           "spark.kubernetes.driver.secretKeyRef.*", "spark.kubernetes.executor.secretKeyRef.*",
+           "spark.kubernetes.kerberos.*", "spark.kubernetes.hadoop.configMapName"),
+          "Secret and ConfigMap mounts: Kafka credentials come from `secretRef`s"),
+    Owned(("spark.kubernetes.driver.volumes.*", "spark.kubernetes.executor.volumes.*", "spark.local.dir"),
+          "volumes (hostPath among them) and the writable scratch directories of a read-only root"),
+    Owned(("spark.kubernetes.allocation.pods.allocator",
+           "spark.kubernetes.driver.service.deleteOnTermination",
+           "spark.kubernetes.driver.ownPersistentVolumeClaim",
+           "spark.kubernetes.driver.reusePersistentVolumeClaim"),
+          "what the driver asks the API server for: its Role allows executor pods and their "
+          "ConfigMap only (no Services, no PersistentVolumeClaims)"),
+    Owned(("spark.driver.host", "spark.driver.bindAddress", "spark.driver.port",
+           "spark.driver.blockManager.port"),
+          "the driver's address and ports: the consumer's headless Service"),
+    Owned(("spark.authenticate", "spark.authenticate.*"),
+          "RPC authentication between driver and executors, with the consumer's own secret"),
+)
+
+KEYS: tuple[str, ...] = tuple(k for group in OWNED for k in group.keys)
+EXACT: tuple[str, ...] = tuple(k for k in KEYS if not k.endswith("*"))
+PREFIXES: tuple[str, ...] = tuple(k[:-1] for k in KEYS if k.endswith("*"))
+
+
+def is_owned(key: str) -> bool:
+    return key in EXACT or key.startswith(PREFIXES)
+
+
+def owned_keys(conf: Mapping[str, str] | Iterable[str] | None) -> list[str]:
+    """The keys of `conf` the operator owns, in order."""
+    return [k for k in (conf or ()) if is_owned(k)]
+
+
+def _cel_list(items: Iterable[str]) -> str:
+    # The keys hold no quote or backslash, so a plain single-quoted CEL string is exact.
+    assert all("'" not in i and "\\" not in i for i in items)
+    return "[" + ", ".join(f"'{i}'" for i in items) + "]"
+
+
+def cel_is_owned(var: str) -> str:
+    """CEL for "key `var` is owned": an exact key or a prefix (startsWith keeps the cost
+    estimate small even for keys of unbounded length, unlike a regex)."""
+    return f"({var} in {_cel_list(EXACT)} || {_cel_list(PREFIXES)}.exists(p, {var}.startsWith(p)))"
+
+
+RULE_CEL = f"!has(self.conf) || !self.conf.exists(k, {cel_is_owned('k')})"
+MESSAGE = ("sets keys the operator owns (master, namespace, ServiceAccounts, pod names and "
+           "templates, Secret and volume mounts, driver host, RPC authentication)")
+# The server names the first such key it finds: joining them all is beyond the API server's
+# cost budget for a map of unbounded keys (refused at CRD creation, measured).
+MESSAGE_CEL = (f"'sets ' + self.conf.filter(k, {cel_is_owned('k')})[0] + ', a key the operator owns "
+               "(see docs/api.md, \"Spark configuration the operator owns\")'")
+
+
+def describe(conf: Mapping[str, str] | None) -> str:
+    """MESSAGE_CEL's message for the models, naming every such key."""
+    keys = owned_keys(conf)
+    return (f"sets {', '.join(keys)}, {'a key' if len(keys) == 1 else 'keys'} the operator owns "
+            "(see docs/api.md, \"Spark configuration the operator owns\")")
