@@ -25,6 +25,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,15 @@ def alerts(url: str, name: str, ns: str, **labels: str) -> list[dict]:
     return [a for a in api(url, "/api/v1/alerts")["alerts"]
             if a["labels"].get("alertname") == name and a["labels"].get("namespace") == ns
             and all(a["labels"].get(k) == v for k, v in labels.items())]
+
+
+def rules_evaluated_after(url: str, t: float) -> bool:
+    """The chart's rule group was evaluated after `t` (Unix time)."""
+    (group,) = [g for g in api(url, "/api/v1/rules")["groups"] if g["file"] == str(RULES)]
+    # RFC 3339 with up to 9 fractional digits, which fromisoformat does not take.
+    whole, _, frac = group["lastEvaluation"].rstrip("Z").partition(".")
+    at = datetime.fromisoformat(whole).replace(tzinfo=timezone.utc).timestamp() + float(f"0.{frac or 0}")
+    return at > t
 
 
 def fast_poison_rate_rule() -> dict:
@@ -190,9 +200,13 @@ def test_alerts_promql_pause_and_the_dashboard_on_a_live_prometheus(
         assert disabled["labels"]["reason"] == "SystemicFailure"
         assert disabled["labels"]["severity"] == "critical"
         # It stays firing after the consumer's own series went away with its process: the
-        # operator's gauge holds it.
+        # operator's gauge holds it (checked on a rule evaluation after the series went).
+        wait_for(lambda: metric(f'antidote_operator_queue_disabled{{{sel},reason="SystemicFailure"}}') == 1,
+                 "the operator's gauge in Prometheus")
         wait_for(lambda: not query(url, f"antidote_queue_disabled{{{sel}}}"), "the consumer's series gone",
                  timeout=60)
+        gone = time.time()
+        wait_for(lambda: rules_evaluated_after(url, gone), "a rule evaluation after that")
         assert [a["state"] for a in alerts(url, "AntidoteQueueDisabled", namespace)] == ["firing"]
 
         # 3. Fixed and resumed: the alert resolves, the 10 messages that waited are processed.
@@ -221,7 +235,8 @@ def check_dashboard(url: str, namespace: str, since: float) -> None:
             assert "$" not in expr, f"{panel['title']}: unknown variable in {expr}"
             key = (panel["title"], target["refId"])
             # An error (bad PromQL, a wrong function) fails here, with Prometheus' message.
-            result = api(url, "/api/v1/query_range", query=expr, start=since, end=time.time(), step=2)["result"]
+            result = api(url, "/api/v1/query_range", query=expr, start=since, end=time.time(),
+                         step=1)  # the scrape interval: a series that lived a few seconds shows["result"]
             ran += 1
             if not result and key not in NO_SERIES_HERE:
                 empty.append(f"{key}: {expr}")
