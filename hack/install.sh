@@ -20,13 +20,15 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
-# promtool (Debian's `prometheus` package) runs the alert rule tests (tests/integration/test_alerts.py).
-if ! command -v promtool >/dev/null; then
+# Debian's `prometheus` package: promtool runs the alert rule tests (tests/integration/test_alerts.py),
+# prometheus is `antidote dev up --prometheus` (tests/integration/test_prometheus.py).
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "==> install: installing promtool (Debian package prometheus)"
+    echo "==> install: installing prometheus and promtool (Debian package prometheus)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   else
-    # Only the alert rule tests need it, and they fail naming it: the demo runs without it.
-    echo "install: warning: promtool is missing; the alert tests need Debian's 'prometheus' package (sudo apt-get install prometheus)" >&2
+    # Only the alert rule tests and `dev up --prometheus` need it, and they fail naming it:
+    # the demo runs without it.
+    echo "install: warning: prometheus/promtool missing; the alert tests and 'antidote dev up --prometheus' need Debian's 'prometheus' package (sudo apt-get install prometheus)" >&2
   fi
 fi

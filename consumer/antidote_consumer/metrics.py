@@ -97,6 +97,10 @@ class Metrics:
                                      "Offsets of retry topics that expired (retention) before this "
                                      "consumer read them: retry records lost.",
                                      LABELS + ("topic",), registry=r)
+        self.retry_next_due = Gauge("antidote_retry_next_due_timestamp_seconds",
+                                    "When the earliest message waiting in a retry topic falls due, "
+                                    "as the retry pump last read them; 0 when none waits.",
+                                    LABELS, registry=r)
         self.isolation_runs = Counter("antidote_isolation_executions",
                                       "Batch re-executions spent isolating crashing messages.",
                                       LABELS, registry=r)

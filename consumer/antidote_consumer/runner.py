@@ -232,6 +232,9 @@ class Consumer:
                     raise
         if due.incomplete and not due.rows:
             return 0, int(time.time() * 1000)  # unknown yet: ask again at once, not idle
+        # For dashboards: when the next parked message falls due (0: none is waiting).
+        self.metrics.retry_next_due.labels(**self.metrics.ids).set(
+            due.next_due / 1000 if due.next_due is not None else 0)
         return len(due.rows), due.next_due
 
     def _pump_loop(self) -> None:

@@ -31,6 +31,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--node", action="store_true",
                     help="also run a one-node cluster (containerd, kubelet, kube-proxy, CoreDNS) "
                          "that runs pods; needs root (docs/node.md)")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also run a Prometheus (Debian's `prometheus`) on loopback that scrapes the "
+                         "operator and its dev-runner consumers and evaluates the chart's alert "
+                         "rules; added to a running stack without a restart")
     up.set_defaults(run=_up)
     add("down", "stop everything the stack started").set_defaults(run=_down)
     add("env", "print shell exports for the running stack").set_defaults(run=_env)
@@ -54,7 +58,8 @@ def _fail(err: StackError) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node)
+        s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
+                     prometheus=args.prometheus)
     except StackError as err:
         return _fail(err)
     print(f"# stack running in {s.dir}; load it with: eval \"$(antidote dev env)\"")
@@ -86,8 +91,9 @@ def _status(args: argparse.Namespace) -> int:
         pki = ensure_pki(Path(s.dir) / "pki")
         ready = node_ready(s.host, s.apiserver_port, pki)
         node = f", node {s.node} {'Ready' if ready else 'NotReady'}"
-    print(f"running: API server {s.server} ({s.kube_version}), Kafka {s.kafka_bootstrap}{node}, "
-          f"dir {s.dir}")
+    prom = f", Prometheus {s.prometheus_url}" if s.prometheus_url else ""
+    print(f"running: API server {s.server} ({s.kube_version}), Kafka {s.kafka_bootstrap}{node}"
+          f"{prom}, dir {s.dir}")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -18,6 +19,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--dev-runner-dir", default=None,
                    help="where the dev runner keeps settings copies and consumer logs (default: a temp dir)")
     p.add_argument("--dev-runner-master", default="local[2]", help="Spark master of dev-runner consumers")
+    p.add_argument("--dev-runner-targets", metavar="DIR",
+                   default=os.environ.get("ANTIDOTE_PROMETHEUS_TARGETS") or None,
+                   help="with --dev-runner: write Prometheus file_sd target files for this operator's "
+                        "/metrics and each consumer's into DIR (default $ANTIDOTE_PROMETHEUS_TARGETS, "
+                        "which `antidote dev env` exports with `dev up --prometheus`)")
     p.add_argument("--metrics-port", type=int, default=8080,
                    help="serve the operator's own /metrics on this port (0: off; default 8080)")
     p.add_argument("--peering", metavar="NAME", default=None,
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     options = Options(
         namespaces=[] if args.all_namespaces else list(args.namespaces),
         dev_runner=args.dev_runner, dev_runner_dir=args.dev_runner_dir,
-        dev_runner_master=args.dev_runner_master,
+        dev_runner_master=args.dev_runner_master, dev_runner_targets=args.dev_runner_targets,
         metrics_port=args.metrics_port or None, peering=args.peering, priority=args.priority,
         scrape_interval=args.scrape_interval, metrics_url_template=args.metrics_url_template,
         prometheus_url=args.prometheus_url, resync_interval=args.resync_interval,

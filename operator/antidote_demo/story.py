@@ -94,7 +94,9 @@ class Demo:
             self.stack_dir = self.stack_dir or cache_dir() / "demo-stack"
             say.step("Starting the local stack (Kubernetes API server, etcd, Kafka) "
                      "— the first run builds them, later runs take seconds")
-            st = devstack.up(self.stack_dir)
+            # With Prometheus when its binary is there (a second's start): the report ends
+            # with queries to paste. The demo runs without it.
+            st = devstack.up(self.stack_dir, prometheus=shutil.which("prometheus") is not None)
             self._started_stack = True
         else:
             self.suffix = self.suffix or "-" + uuid.uuid4().hex[:4]
@@ -107,7 +109,8 @@ class Demo:
         self.core = client.CoreV1Api(self.api)
         self.objs = client.CustomObjectsApi(self.api)
         self.batch = client.BatchV1Api(self.api)
-        say.ok(f"API server {st.server}, Kafka {st.kafka_bootstrap}")
+        say.ok(f"API server {st.server}, Kafka {st.kafka_bootstrap}"
+               + (f", Prometheus {st.prometheus_url}" if st.prometheus_url else ""))
 
     def _operator_up(self) -> None:
         from kubernetes import client
@@ -136,7 +139,12 @@ class Demo:
         env = {**os.environ, **self.st.env(), "PYSPARK_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": "127.0.0.1", expenses.ACCOUNTS_DOWN_ENV: str(self.flag)}
         antidote = str(Path(sys.executable).with_name("antidote"))
-        argv = [antidote, "operator", "--namespace", self.ns, "--metrics-port", "0",
+        # The operator's /metrics only for the stack's Prometheus (its dev runner writes the
+        # scrape targets), on a free port.
+        from antidote_devstack.procs import free_port
+
+        port = free_port() if self.st.prometheus_url else 0
+        argv = [antidote, "operator", "--namespace", self.ns, "--metrics-port", str(port),
                 "--scrape-interval", "1", "--poison-event-interval", "10", "--dev-runner",
                 "--dev-runner-dir", str(self.workdir / "dev-runner"), "--dev-runner-master", "local[1]"]
         log = (self.workdir / "operator.log").open("ab")
@@ -295,8 +303,24 @@ class Demo:
             f"  operator log                             {self.workdir / 'operator.log'}",
             f"  consumer logs                            {self.workdir / 'dev-runner'}",
             "  docs/consumer.md, docs/operator.md, docs/alerts.md",
+            *self._prometheus_hints(),
         ])
         return result
+
+    def _prometheus_hints(self) -> list[str]:
+        url = self.st.prometheus_url
+        if not url:
+            return []
+        ns = self.ns
+        return [
+            "",
+            f"Prometheus {url}" + ("   (stops with the stack now: `antidote demo --keep` leaves it running)"
+                                   if self._started_stack and not self.keep else ""),
+            "  paste into its query page:",
+            f'  sum by (outcome) (antidote_messages_total{{namespace="{ns}"}})',
+            f'  sum by (reason, disposition) (antidote_poison_messages_total{{namespace="{ns}"}})',
+            f'  max_over_time(antidote_operator_queue_disabled{{namespace="{ns}"}}[1h])',
+        ]
 
     def _teardown(self) -> None:
         say = self.narrator

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import build, controlplane, kafka, node as nodes
+from . import build, controlplane, kafka, node as nodes, prometheus as prom
 from .certs import ensure_pki
 from .errors import StackError
 from .paths import default_stack_dir, venv_bin
@@ -39,6 +39,9 @@ class Stack:
     # (`dev up --node`) the node bridge's gateway, which the host and pods alike reach.
     host: str = LOOPBACK
     node: str = ""  # the node's name when the stack has one
+    # `dev up --prometheus`: its URL (loopback) and the folder of its file_sd target files.
+    prometheus_url: str = ""
+    prometheus_targets: str = ""
 
     @property
     def server(self) -> str:
@@ -46,11 +49,12 @@ class Stack:
 
     @property
     def processes(self) -> tuple[str, ...]:
-        return PROCESSES + (nodes.PROCESSES if self.node else ())
+        return (PROCESSES + (nodes.PROCESSES if self.node else ())
+                + ((prom.NAME,) if self.prometheus_url else ()))
 
     def env(self) -> dict[str, str]:
         path = os.pathsep.join([self.bin_dir, str(venv_bin()), os.environ.get("PATH", "")])
-        return {
+        env = {
             "KUBECONFIG": self.kubeconfig,
             "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap,
             "KAFKA_SASL_BOOTSTRAP_SERVERS": self.kafka_sasl_bootstrap,
@@ -58,6 +62,11 @@ class Stack:
             "ANTIDOTE_STACK_DIR": self.dir,
             "PATH": path,
         }
+        if self.prometheus_url:
+            env["PROMETHEUS_URL"] = self.prometheus_url
+            # `antidote operator --dev-runner` writes its scrape targets here (file_sd).
+            env["ANTIDOTE_PROMETHEUS_TARGETS"] = self.prometheus_targets
+        return env
 
 
 def _state_file(state_dir: Path) -> Path:
@@ -97,14 +106,17 @@ def _link_tools(bin_dir: Path, artefacts: dict[str, Path]) -> None:
 
 
 def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_BINARIES,
-       node: bool = False) -> Stack:
-    """Start the stack; `node` adds a one-node cluster that runs pods (node.py)."""
+       node: bool = False, prometheus: bool = False) -> Stack:
+    """Start the stack; `node` adds a one-node cluster that runs pods (node.py),
+    `prometheus` a Prometheus that scrapes the operator and the consumers (prometheus.py)."""
     state_dir = (state_dir or default_stack_dir()).resolve()
     if node:
         nodes.require_root()
     artefacts = build.build_all(binaries, node=node)
     existing = running(state_dir)
     if existing and (existing.node or not node):
+        if prometheus and not existing.prometheus_url:
+            return add_prometheus(state_dir)  # nothing else needs a restart for it
         say(f"stack already running in {state_dir}")
         return existing
     if existing:
@@ -169,8 +181,30 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
                   spark_jars=sorted(str(p) for p in artefacts["spark-jars"].glob("*.jar")),
                   bin_dir=str(bin_dir), host=host, node=node_name)
     _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
+    if prometheus:
+        try:
+            stack = add_prometheus(state_dir)
+        except BaseException:
+            _stop(state_dir)
+            raise
     say(f"stack up in {time.monotonic() - started:.1f}s: API server {stack.server}, "
-        f"Kafka {bootstrap}" + (f", node {node_name} Ready" if node_name else ""))
+        f"Kafka {bootstrap}" + (f", node {node_name} Ready" if node_name else "")
+        + (f", Prometheus {stack.prometheus_url}" if stack.prometheus_url else ""))
+    return stack
+
+
+def add_prometheus(state_dir: Path) -> Stack:
+    """Start Prometheus beside the running stack in `state_dir` (a no-op when it runs)."""
+    stack = running(state_dir)
+    if stack is None:
+        raise StackError("start prometheus", f"no running stack in {state_dir}")
+    if stack.prometheus_url:
+        return stack
+    port = free_port()
+    say(f"starting prometheus on 127.0.0.1:{port}")
+    url, targets = prom.start(Supervisor(state_dir), state_dir, port)
+    stack.prometheus_url, stack.prometheus_targets = url, str(targets)
+    _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
     return stack
 
 

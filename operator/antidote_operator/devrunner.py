@@ -10,7 +10,9 @@ the cluster has a Node (a kubelet would run the same Deployment: two drivers, on
 What it does to the container's command, and nothing else:
 - `antidote ...` runs as this Python's `antidote` (same venv);
 - `--settings <mounted file>` points at a copy of the ConfigMap's settings;
-- `--metrics-port` gets a free loopback port; `--master` becomes a local master;
+- `--metrics-port` gets a free loopback port; `--master` becomes a local master; with a
+  targets folder (`--dev-runner-targets`) that port is written there for Prometheus
+  (devtargets.py) while the process runs;
 - env: the operator's own, plus the container's literal `value`s except SPARK_CONF_DIR
   (the cluster-mode spark-defaults.conf does not apply to a local master);
 - Secret volumes (the Kafka credentials of `secretRef`): read through the API and written to
@@ -56,6 +58,7 @@ import aiohttp
 from antidote_devstack.procs import free_port
 
 from . import builders, kube
+from .devtargets import TargetFiles
 from .reader_jobs import DEV_RUNNER_REPORT
 from .reconcile import DEV_RUNNER_EXIT, DEV_RUNNER_METRICS
 
@@ -272,6 +275,8 @@ class _Runner:
         await self.report({DEV_RUNNER: "local process of `antidote operator --dev-runner`, not a pod",
                            DEV_RUNNER_PID: str(self.proc.pid), DEV_RUNNER_METRICS: url,
                            DEV_RUNNER_LOG: str(logfile), DEV_RUNNER_EXIT: None}, available=0)
+        if self.owner.targets is not None:
+            self.owner.targets.consumer(self.ns, self.name, port)
         proc = self.proc
         asyncio.create_task(self.ready_when_serving(proc, url))
         asyncio.create_task(self.reap(proc, secrets))
@@ -294,6 +299,8 @@ class _Runner:
         shutil.rmtree(secrets, ignore_errors=True)  # as the kubelet unmounts a pod's Secrets
         if code < 0:
             code = 128 - code  # killed by a signal: reported as the kubelet does
+        if self.owner.targets is not None:
+            self.owner.targets.remove_consumer(self.ns, self.name)
         self.last_exit = {"exitCode": code, "startedAt": self.started_at, "finishedAt": _now(),
                           "generation": self.generation_started}
         if code != 0:  # terminationMessagePolicy FallbackToLogsOnError: this run's logs' tail
@@ -342,9 +349,11 @@ class _Runner:
 
 
 class DevRunner:
-    def __init__(self, k: kube.Kube, *, base: str | None = None, master: str = "local[2]"):
+    def __init__(self, k: kube.Kube, *, base: str | None = None, master: str = "local[2]",
+                 targets: TargetFiles | None = None):
         self.kube = k
         self.master = master
+        self.targets = targets
         self.base = Path(base) if base else Path(tempfile.mkdtemp(prefix="antidote-dev-runner-"))
         self.runners: dict[tuple[str, str], _Runner] = {}
         self.jobs: dict[tuple[str, str], _JobRunner] = {}
@@ -383,6 +392,8 @@ class DevRunner:
         for r in runners:
             r.task.cancel()
         await asyncio.gather(*(r.task for r in runners), return_exceptions=True)
+        if self.targets is not None:
+            self.targets.close()  # this operator's own file too
 
     def cleanup_files(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)

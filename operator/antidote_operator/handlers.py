@@ -60,6 +60,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         ctx.metrics.serve(ctx.options.metrics_port)
         log.info("operator metrics on :%d/metrics", ctx.options.metrics_port)
     memo.watcher = asyncio.create_task(Watcher(ctx).run(), name="metrics watcher")
+    if ctx.devrunner is not None and ctx.devrunner.targets is not None and ctx.options.metrics_port:
+        ctx.devrunner.targets.operator(ctx.options.metrics_port)
     if ctx.devrunner is not None:
         log.warning("DEV RUNNER ON: consumer Deployments run as local processes of this "
                     "operator (local stack only; never on a real cluster)")

@@ -37,7 +37,14 @@ async def operate(options: Options, *, stop_flag: asyncio.Event | None = None,
             raise DevRunnerRefused("it runs consumers inside this process, so it cannot hand "
                                    "them over to another replica: drop --peering")
         await check_allowed(k)
-        ctx.devrunner = DevRunner(k, base=options.dev_runner_dir, master=options.dev_runner_master)
+        targets = None
+        if options.dev_runner_targets:
+            from .devtargets import TargetFiles
+
+            targets = TargetFiles(options.dev_runner_targets)
+            targets.prune()
+        ctx.devrunner = DevRunner(k, base=options.dev_runner_dir, master=options.dev_runner_master,
+                                  targets=targets)
     await kopf.operator(
         clusterwide=not options.namespaces, namespaces=options.namespaces,
         # Without --peering the operator runs alone; with it, replicas elect one active

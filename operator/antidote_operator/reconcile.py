@@ -52,6 +52,7 @@ class Options:
     dev_runner: bool = False
     dev_runner_dir: str | None = None
     dev_runner_master: str = "local[2]"
+    dev_runner_targets: str | None = None  # file_sd folder of the stack's Prometheus
     metrics_port: int | None = 8080
     peering: str | None = None
     priority: int = 0

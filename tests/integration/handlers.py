@@ -46,6 +46,16 @@ def downstream_down(msg):
     raise ConnectionError("downstream service unavailable")
 
 
+def upper_unless_down(msg):
+    """`upper`, but every call fails while the file $ANTIDOTE_TEST_DOWNSTREAM_DOWN exists (a
+    downstream outage that a test starts and ends without restarting the consumer)."""
+    flag = os.environ.get("ANTIDOTE_TEST_DOWNSTREAM_DOWN")
+    if flag and os.path.exists(flag):
+        _record(msg)
+        raise ConnectionError("downstream service unavailable")
+    return upper(msg)
+
+
 def slow_upper(msg):
     time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
     return upper(msg)

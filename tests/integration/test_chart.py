@@ -113,7 +113,7 @@ def test_helm_lint_strict(env) -> None:
 MATRIX = {
     "cluster-wide": [],
     "namespaced": ["watch.namespaces={NS1,NS2}"],
-    "cluster-wide+monitoring": ["monitoring.enabled=true"],
+    "cluster-wide+monitoring+dashboard": ["monitoring.enabled=true", "dashboard.enabled=true"],
     "namespaced+monitoring+2-replicas": ["watch.namespaces={NS1,NS2}", "monitoring.enabled=true", "replicaCount=2"],
     "cluster-wide+2-replicas": ["replicaCount=2"],
 }
@@ -131,6 +131,7 @@ def test_rendered_objects_pass_the_api_server(case, env, chart_crds, core_v1, na
         monitoring = "monitoring.enabled=true" in sets
         assert ("PrometheusRule" in kinds) == monitoring and ("ServiceMonitor" in kinds) == monitoring
         assert ("PodDisruptionBudget" in kinds) == ("replicaCount=2" in sets)
+        assert ("ConfigMap" in kinds) == ("dashboard.enabled=true" in sets)
         peering = [d for d in docs if d["apiVersion"] == "kopf.dev/v1"]
         if "replicaCount=2" in sets:
             assert peering and all(d["kind"] == ("KopfPeering" if "namespaced" in case else "ClusterKopfPeering")
@@ -204,6 +205,20 @@ def test_driver_cluster_role_is_what_the_operator_binds(env) -> None:
     assert role["rules"] == builders.DRIVER_RULES
     c = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--driver-cluster-role=t-antidote-spark-driver" in c["args"]
+
+
+def test_dashboard_configmap_is_the_dashboard_file_for_grafanas_sidecar(env) -> None:
+    assert not [d for d in template(env) if d["kind"] == "ConfigMap"]  # off by default
+    (cm,) = [d for d in template(env, "dashboard.enabled=true", "dashboard.annotations.grafana_folder=Antidote")
+             if d["kind"] == "ConfigMap"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Antidote"}
+    assert json.loads(cm["data"]["antidote.json"]) == json.loads((CHART / "files/dashboard.json").read_text())
+    (cm,) = [d for d in template(env, "dashboard.enabled=true", "dashboard.namespace=monitoring",
+                                 "dashboard.labels.grafana_dashboard=null", "dashboard.labels.team=sre")
+             if d["kind"] == "ConfigMap"]
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["team"] == "sre" and "grafana_dashboard" not in cm["metadata"]["labels"]
 
 
 def test_podmonitor_selects_the_consumer_drivers(env) -> None:
