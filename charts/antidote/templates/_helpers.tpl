@@ -144,4 +144,9 @@ hold what that role grants. */}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [get, list, watch]
+# Kopf lists namespaces at start, even for a fixed list of them; refused, it retried for
+# ~20 s at every operator start before falling back (read-only).
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, list, watch]
 {{- end -}}
