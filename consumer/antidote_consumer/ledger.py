@@ -114,14 +114,14 @@ class Ledger:
     records through the one transactional writer (see transactions)."""
 
     def __init__(self, bootstrap: str, topic: str, transactional_id: str,
-                 client_conf: dict[str, str] | None = None):
+                 client_conf: dict[str, str] | None = None, max_batch_bytes: int | None = None):
         self.topic = topic
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.conf = dict(client_conf or {})
         self.state = LedgerState()
         self.writer = TransactionalWriter(bootstrap, transactional_id, self.conf,
-                                          what=f"the ledger {topic}")
+                                          what=f"the ledger {topic}", max_batch_bytes=max_batch_bytes)
 
     @property
     def fenced(self) -> str | None:

@@ -134,8 +134,8 @@ class Consumer:
         for key, value in arrow_batching(max_message_bytes(admin, t.source),
                                          settings.spark.conf).items():
             spark.conf.set(key, value)
-        self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf)
-        self.runtime.max_bytes = {topic: max_message_bytes(admin, topic) for topic in derived}
+        self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf,
+                               max_bytes={topic: max_message_bytes(admin, topic) for topic in derived})
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry), conf,
                                  owner=consumer_id(settings.namespace, settings.consumer),
                                  on_expired=self._retry_expired) if t.retry else None

@@ -86,6 +86,9 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
 
 # The reason a record that cannot fit its derived topic stops the consumer with (see _fitted).
 TOO_LARGE = "too-large"
+DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size
+BATCH_FRAMING = 1024  # a record batch's header and the producer's own accounting margin
+
 # A task that died on this did not run its messages (see _isolate).
 STALE_WORKER = "java.nio.channels.CancelledKeyException"
 # How long a failed job's killed tasks may take to end (Spark's task reaper would step in
@@ -95,7 +98,8 @@ QUIET_TIMEOUT = 30.0
 
 class Runtime:
     def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
-                 partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None):
+                 partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None,
+                 max_bytes: dict[str, int] | None = None):
         self.s = settings
         self.spark = spark
         self.metrics = metrics
@@ -114,13 +118,17 @@ class Runtime:
         self.scheduled_due: int | None = None
         self.on_scheduled: Callable[[], None] | None = None
         self.disabled: QueueDisabled | None = None
-        # max.message.bytes of the retry, poison and dead-letter topics (set by the runner):
-        # a record written there is fitted to it (see _fitted).
-        self.max_bytes: dict[str, int] = {}
+        # max.message.bytes of the retry, poison and dead-letter topics (read by the runner):
+        # a record written there is fitted to it (see _fitted), and so is a batch of them.
+        self.max_bytes: dict[str, int] = dict(max_bytes or {})
+        smallest = min(self.max_bytes.values(), default=None)
         self.ledger = Ledger(settings.source.bootstrap_servers,
                              ledger_topic(settings.source.topic, settings.namespace, settings.consumer),
                              transactional_id=transactional_id(settings.namespace, settings.consumer),
-                             client_conf=client_conf)
+                             client_conf=client_conf,
+                             # Below librdkafka's 1 MB default only: room for a batch's framing.
+                             max_batch_bytes=smallest - BATCH_FRAMING
+                             if smallest is not None and smallest < DEFAULT_BATCH_BYTES else None)
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:

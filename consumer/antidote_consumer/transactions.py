@@ -43,10 +43,15 @@ class RecordRefused(RuntimeError):
 
 class TransactionalWriter:
     def __init__(self, bootstrap: str, transactional_id: str, conf: dict[str, str] | None = None,
-                 *, what: str = "the ledger"):
+                 *, what: str = "the ledger", max_batch_bytes: int | None = None):
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.conf = dict(conf or {})
+        # librdkafka packs records of one partition into batches of up to batch.size (1 MB),
+        # and a broker refuses a batch above the topic's max.message.bytes even when each
+        # record fits: a topic with a smaller limit needs smaller batches, or every commit
+        # to it fails the same way.
+        self.batching = {} if max_batch_bytes is None else {"batch.size": max(1024, max_batch_bytes)}
         self.what = what
         # Why this instance was fenced. Kept as text: a kept exception would keep its
         # traceback's frames, and with them the dead producer, alive.
@@ -58,7 +63,7 @@ class TransactionalWriter:
         p = Producer({
             **self.conf, "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
             "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": 60000,
-            "message.max.bytes": MAX_RECORD_BYTES,
+            "message.max.bytes": MAX_RECORD_BYTES, **self.batching,
             # Refusals through one producer-level callback, not one Python call per record.
             "delivery.report.only.error": True, "on_delivery": self._refused})
         # Fences any older instance with the same id and aborts its open transaction, so what

@@ -109,6 +109,26 @@ def test_records_near_the_size_limit_fit_or_stop_the_consumer_explained_and_noth
     assert _ledger(kafka_bootstrap, s).counts["processed"] == 3
 
 
+def test_records_that_fit_one_by_one_are_not_refused_as_a_batch(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    """Three poison records of one partition, each well within the poison topic's 20,000
+    bytes, all together above it: one librdkafka batch of them was refused
+    (MSG_SIZE_TOO_LARGE), and the ledger commit failed on every restart."""
+    source = topic_factory(config={"max.message.bytes": str(LIMIT)})
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy={"retries": {"immediate": 0, "cycles": 0}})
+    rnd = random.Random(15)  # incompressible
+    values = [b"poison" + rnd.randbytes(7_000) for _ in range(3)]
+    for i, v in enumerate(values):  # one at a time: as one batch the source refuses them too
+        produce(kafka_bootstrap, source, [(b"k%d" % i, v, None)])
+
+    code, m = cu.run(spark, s)
+
+    assert code == ExitCode.OK
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert sorted(r.value for r, _ in poison.values()) == sorted(values)
+    assert cu.metric(m, "antidote_messages_total", outcome="moved") == 3
+
+
 def test_expired_retry_records_are_reported_and_a_malformed_one_gets_an_outcome(
         spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, caplog) -> None:
     source = topic_factory()
