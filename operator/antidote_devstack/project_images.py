@@ -140,6 +140,10 @@ def _build(name: str, stem: str, key: str, bud: Callable[[Path], list[str]],
             _run_logged_append([*bah, "push", "--quiet", "--disable-compression", name,
                                 f"oci-archive:{work / 'image.tar'}:{name}"], work, log)
             os.replace(work / "image.tar", target)
+            # buildah's storage holds one image per name, so an older archive is stale.
+            for old in target.parent.glob(f"{stem}-*.tar"):
+                if old != target:
+                    old.unlink()
     # An image built before under this name (an older key) is left untagged: drop it.
     subprocess.run([*bah, "rmi", "--prune"], capture_output=True)
     return target if archive else None
