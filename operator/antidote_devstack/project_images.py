@@ -135,8 +135,7 @@ def _build(name: str, stem: str, key: str, bud: Callable[[Path], list[str]],
         _run_logged_append([*bah, "bud", "--network", "host", "--pull-never", "--layers=false",
                             "--label", f"{KEY_LABEL}={key}", "-t", name, *bud(work)], work, log)
         if archive:
-            # Uncompressed: gzip of a 1-2 GB image costs minutes on 2 cores; the archive
-            # only goes to containerd on the same machine.
+            # Uncompressed: the archive only goes to containerd on the same machine.
             _run_logged_append([*bah, "push", "--quiet", "--disable-compression", name,
                                 f"oci-archive:{work / 'image.tar'}:{name}"], work, log)
             os.replace(work / "image.tar", target)
