@@ -1,5 +1,5 @@
 # The two set-up commands of the README start here; both run hack/install.sh first.
-.PHONY: install demo dev-up dev-down test unit chaos
+.PHONY: install demo dev-up dev-down test test-images unit chaos
 
 install:
 	@bash hack/install.sh
@@ -21,9 +21,15 @@ dev-down:
 # one worker alone with its queue of slow tests for minutes.
 test: install
 	.venv/bin/antidote dev build $$([ "$$(id -u)" = 0 ] && echo --node)
-	@.venv/bin/python -m pytest -n 2 --dist worksteal; rc=$$?; \
+	@.venv/bin/python -m pytest -n 2 --dist worksteal -m "not images"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
 	  exit $$rc
+
+# The project's images built with buildah and run on the node (root; minutes cold, so not in
+# `make test`): docs/images.md.
+test-images: install
+	.venv/bin/antidote dev build --node --images
+	.venv/bin/python -m pytest -m images
 
 unit: install
 	.venv/bin/python -m pytest tests/unit

@@ -1,15 +1,18 @@
 # The consumer image: Spark driver and executors of a QueueConsumer (`antidote consumer`),
 # Java 17, Python 3.11, pyspark 4.0.0 and the Kafka connector jars.
 #   docker build -f docker/consumer.Dockerfile -t antidote-consumer:0.1.0 .
-# Your handler goes into an image derived from this one (docs/images.md). Not buildable on
-# the dev machines (no Docker engine).
+# Your handler goes into an image derived from this one (docs/images.md). The bases are build
+# arguments so that machines without Docker build it with buildah on local stand-ins
+# (`antidote dev build --images`); with Docker, the defaults are Docker Hub's images.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
 
 # The connector jars, exactly the versions of hack/spark/pom.xml (the same pom the dev stack uses).
-FROM maven:3.9-eclipse-temurin-17 AS jars
+FROM ${MAVEN_IMAGE} AS jars
 COPY hack/spark/pom.xml /build/pom.xml
 RUN mvn -q -f /build/pom.xml dependency:copy-dependencies -DoutputDirectory=/jars
 
-FROM python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     JAVA_HOME=/usr/lib/jvm/java-17-openjdk
 RUN apt-get update \

@@ -1,8 +1,10 @@
 # The operator image: `antidote operator` (and the rest of the CLI), non-root.
 #   docker build -f docker/operator.Dockerfile -t antidote-operator:0.1.0 .
-# Built from the repository root (see .dockerignore). Not buildable on the dev machines
-# (no Docker engine); see docs/images.md.
-FROM python:3.11-slim-bookworm
+# Built from the repository root (see .dockerignore). The base is a build argument so that
+# machines without Docker build it with buildah on a local stand-in (`antidote dev build
+# --images`, docs/images.md); with Docker, the default is Docker Hub's image.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 

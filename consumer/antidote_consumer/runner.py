@@ -44,12 +44,7 @@ def spark_session(settings: EffectiveSettings, master: str | None = None) -> Spa
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1")
-    jars = os.environ.get("ANTIDOTE_SPARK_JARS")
-    if not jars:
-        from antidote_devstack.build import jar_dir_path
-
-        found = jar_dir_path("spark")
-        jars = ",".join(str(p) for p in sorted(found.glob("*.jar"))) if found.exists() else ""
+    jars = os.environ.get("ANTIDOTE_SPARK_JARS") or _dev_stack_jars()
     if jars:
         builder = builder.config("spark.jars", jars)
     builder = (builder.config("spark.ui.enabled", "false")
@@ -60,6 +55,20 @@ def spark_session(settings: EffectiveSettings, master: str | None = None) -> Spa
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def _dev_stack_jars() -> str:
+    """The connector jars the dev stack cached, when running from a checkout. An installed
+    package (the consumer image) has no hack/ beside it and needs none: its jars are in
+    Spark's own jars/ (docs/images.md). Looking the pom up there anyway made the image fail
+    at start with FileNotFoundError for site-packages' ../hack/spark/pom.xml."""
+    from antidote_devstack.build import JAR_SETS, jar_dir_path
+    from antidote_devstack.paths import HACK
+
+    if not (HACK / JAR_SETS["spark"] / "pom.xml").exists():
+        return ""
+    found = jar_dir_path("spark")
+    return ",".join(str(p) for p in sorted(found.glob("*.jar"))) if found.exists() else ""
 
 
 ARROW_BATCH_BYTES = 256 * 1024 * 1024  # Spark's own default for one Arrow batch

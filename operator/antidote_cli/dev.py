@@ -44,6 +44,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                    choices=["kube-controller-manager", "kube-scheduler"])
     b.add_argument("--node", action="store_true",
                    help="also build the node's binaries and images (and install its Debian packages)")
+    b.add_argument("--images", action="store_true",
+                   help="also build the project's images (docker/*.Dockerfile) with buildah on "
+                        "local bases; needs root and --node (docs/images.md)")
     b.set_defaults(run=_build)
 
 
@@ -99,7 +102,13 @@ def _status(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     try:
+        if args.images and not args.node:
+            raise StackError("build images", "--images needs --node (its Debian packages and base image)")
         build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node)
+        if args.images:
+            from antidote_devstack import project_images  # noqa: PLC0415 - root, buildah
+
+            project_images.build_all()
     except StackError as err:
         return _fail(err)
     return 0

@@ -12,7 +12,6 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,48 +23,14 @@ from antidote_devstack.controlplane import SERVICE_CIDR
 from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
+from .node_util import RESTRICTED, phase as _phase, pod as _pod
+from .node_util import restricted_container as _restricted_container, wait as _wait
+
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.node,
     pytest.mark.skipif(os.geteuid() != 0, reason="the node needs root (docs/node.md)"),
 ]
-
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
-
-
-def _restricted_container(name: str, image: str, command: list[str] | None = None) -> dict:
-    return {
-        "name": name, "image": image, "imagePullPolicy": "Never", "command": command,
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                            "capabilities": {"drop": ["ALL"]},
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-    }
-
-
-def _pod(name: str, container: dict, restart: str = "Never") -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"restartPolicy": restart, "containers": [container],
-                     "automountServiceAccountToken": False,
-                     "terminationGracePeriodSeconds": 1}}
-
-
-def _wait(what: str, check: Callable[[], object], timeout: float) -> object:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not after {timeout:.0f}s (last: {last!r})")
-
-
-def _phase(core: client.CoreV1Api, ns: str, name: str, phases: set[str]) -> Callable[[], object]:
-    def check() -> object:
-        pod = core.read_namespaced_pod(name, ns)
-        return pod.status.phase if pod.status.phase in phases else None
-    return check
-
 
 def _service_ip(core: client.CoreV1Api, ns: str, name: str) -> str:
     svc = core.create_namespaced_service(ns, {

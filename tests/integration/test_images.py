@@ -1,0 +1,198 @@
+"""The project's images on the stack's node: docker/consumer.Dockerfile built with buildah
+(project_images, no Docker), a test image derived from it carrying tests/integration/handlers.py
+the way docs/images.md tells users to ship handlers, run as a pod in a `restricted`
+namespace: a real consumer (`--until-idle`, `--master local[1]`) against the stack's Kafka,
+with only what the image brings (no ANTIDOTE_SPARK_JARS, no checkout, no venv).
+
+Marker `images` (deselected by `make test`: the cold image build takes minutes; see
+docs/images.md); root only, one node per machine like test_node.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from antidote_devstack import node, project_images
+from antidote_devstack import stack as devstack
+from antidote_devstack.paths import cache_dir
+
+from . import consumer_util as cu
+from .kafka_io import produce, read_all
+from .node_util import RESTRICTED, phase, pod, restricted_container, wait
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.node,
+    pytest.mark.images,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
+]
+
+HERE = Path(__file__).resolve().parent
+CHART = HERE.parents[1] / "charts/antidote"
+HANDLERS_IMAGE = "localhost/antidote/test-handlers:0"
+
+
+def handlers_image() -> tuple[str, Path]:
+    consumer, _ = project_images.consumer_image()
+    return project_images.build_image(
+        HANDLERS_IMAGE, HERE / "handlers_image/Containerfile", "test-handlers",
+        {"CONSUMER_IMAGE": consumer}, [project_images.image_key(consumer) or ""], context=HERE)
+
+
+def _topics(bootstrap: str, *names: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+        fut.result(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def node_stack() -> Iterator[devstack.Stack]:
+    """One node for the module's tests (a machine holds one node at a time)."""
+    state_dir = cache_dir() / "test-images-stack"
+    s = devstack.up(state_dir, node=True)
+    try:
+        yield s
+    finally:
+        devstack.down(state_dir)
+
+
+@pytest.fixture
+def api(node_stack: devstack.Stack) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=node_stack.kubeconfig)
+    yield api
+    api.close()
+
+
+def restricted_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns, "labels": RESTRICTED}})
+    # The controller-manager creates the default ServiceAccount, which admission requires.
+    wait("default ServiceAccount", lambda: core.list_namespaced_service_account(
+        ns, field_selector="metadata.name=default").items, 60)
+    return ns
+
+
+def test_consumer_image_runs_a_consumer_as_a_restricted_pod(node_stack, api) -> None:
+    s = node_stack
+    started = time.monotonic()
+    image, archive = handlers_image()
+    build_seconds = time.monotonic() - started
+    node.load_image(Path(s.dir), image, archive)
+    core = client.CoreV1Api(api)
+    ns = restricted_namespace(core, "images")
+
+    # Ten messages, one of them poison: no retries, so it is quarantined at once.
+    bootstrap = s.kafka_bootstrap  # the bridge's gateway: the same for host and pods
+    source = f"images-{uuid.uuid4().hex[:6]}"
+    sink = f"{source}-out"
+    _topics(bootstrap, source, sink)
+    produce(bootstrap, source, [(b"k%d" % i, b"poison" if i == 4 else b"m%d" % i, None)
+                                for i in range(10)])
+    qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
+          "metadata": {"name": "img", "namespace": ns},
+          "spec": {"policyRef": {"name": "pp"},
+                   "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source}},
+                   "handler": "antidote_test_handlers:upper",
+                   "sink": {"kafka": {"topic": sink}},
+                   "checkpoint": {"location": "/tmp/checkpoint"}}}
+    pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
+          "metadata": {"name": "pp", "namespace": ns},
+          "spec": {"retries": {"immediate": 0, "cycles": 0}}}
+    core.create_namespaced_config_map(ns, {
+        "metadata": {"name": "manifests"},
+        "data": {"qc.yaml": yaml.safe_dump(qc), "pp.yaml": yaml.safe_dump(pp)}})
+
+    # The image's own entrypoint (tini, then spark-entrypoint.sh) runs the command.
+    container = restricted_container("consumer", image)
+    container["args"] = ["antidote", "consumer", "--consumer", "/manifests/qc.yaml",
+                         "--policy", "/manifests/pp.yaml", "--until-idle",
+                         "--master", "local[1]", "--trigger-interval", "0.5"]
+    container["volumeMounts"] = [{"name": "manifests", "mountPath": "/manifests"}]
+    spec = pod("consumer", container)
+    spec["spec"]["volumes"] = [{"name": "manifests", "configMap": {"name": "manifests"}}]
+    core.create_namespaced_pod(ns, spec)
+    ran = time.monotonic()
+    result = wait("consumer pod finished", phase(core, ns, "consumer", {"Succeeded", "Failed"}), 420)
+    run_seconds = time.monotonic() - ran
+    log = core.read_namespaced_pod_log("consumer", ns)
+    assert result == "Succeeded", f"consumer pod {result}; log:\n{log[-4000:]}"
+
+    # Its outcome, in Kafka: nine handled, the poison quarantined once with its headers.
+    outputs = sorted(r.value for r in read_all(bootstrap, sink))
+    assert outputs == sorted(b"M%d" % i for i in range(10) if i != 4), outputs
+    poison = cu.quarantined(bootstrap, f"{source}.poison")
+    assert list(poison) == [(0, 4)], poison
+    record, headers = poison[(0, 4)]
+    assert record.value == b"poison" and headers["antidote.attempts"] == "1", headers
+    print(f"images: {build_seconds:.1f}s to build (or find) them; consumer pod ran {run_seconds:.1f}s")
+
+
+def _run(env: dict[str, str], *cmd: str, stdin: str | None = None) -> str:
+    out = subprocess.run(list(cmd), capture_output=True, text=True, env=env, input=stdin)
+    assert out.returncode == 0, f"{' '.join(cmd)}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def test_chart_runs_the_operator_image_under_its_own_rbac(node_stack, api) -> None:
+    """`helm install` of charts/antidote with the built images: the operator runs as a pod
+    under the chart's ServiceAccount (not system:masters), becomes Ready, and reconciles a
+    QueueConsumer applied with kubectl (its children appear)."""
+    s = node_stack
+    env = {**os.environ, **s.env()}
+    operator, archive = project_images.operator_image()
+    consumer = project_images.consumer_name()
+    node.load_image(Path(s.dir), operator, archive)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    system = restricted_namespace(core, "antidote-system")
+    repo, tag = operator.rsplit(":", 1)
+    consumer_repo, consumer_tag = consumer.rsplit(":", 1)
+    _run(env, "helm", "install", "antidote", str(CHART), "-n", system, "--wait", "--timeout", "180s",
+         "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
+         "--set", "image.pullPolicy=Never",
+         "--set", f"consumer.image.repository={consumer_repo}",
+         "--set", f"consumer.image.tag={consumer_tag}")
+
+    # Ready (its liveness and readiness as the chart declares them), as the chart's SA.
+    pods = core.list_namespaced_pod(system, label_selector="app.kubernetes.io/component=operator").items
+    assert len(pods) == 1, [p.metadata.name for p in pods]
+    operator_pod = pods[0]
+    assert operator_pod.spec.service_account_name == "antidote", operator_pod.spec.service_account_name
+    ready = [c.status for c in operator_pod.status.conditions if c.type == "Ready"]
+    assert ready == ["True"], operator_pod.status
+
+    # A QueueConsumer (paused: the driver pod on the node is the next stage) and its policy,
+    # applied with kubectl in a restricted namespace: the operator creates its children.
+    ns = restricted_namespace(core, "shop")
+    manifests = [
+        {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
+         "metadata": {"name": "default", "namespace": ns}, "spec": {}},
+        {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
+         "metadata": {"name": "orders", "namespace": ns},
+         "spec": {"policyRef": {"name": "default"}, "paused": True,
+                  "source": {"kafka": {"bootstrapServers": s.kafka_bootstrap, "topic": "orders"}},
+                  "handler": "antidote_test_handlers:upper",
+                  "checkpoint": {"location": "/tmp/checkpoint"}}},
+    ]
+    _run(env, "kubectl", "apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
+    wait("the QueueConsumer's Deployment", lambda: apps.list_namespaced_deployment(ns).items, 120)
+    deployment = apps.list_namespaced_deployment(ns).items[0]
+    assert deployment.spec.replicas == 0, deployment.spec  # paused
+    assert deployment.spec.template.spec.containers[0].image == consumer
+    assert core.list_namespaced_config_map(ns, label_selector="app.kubernetes.io/instance").items
+    # The driver's RoleBinding to the chart's ClusterRole: the operator may create it only
+    # because the chart's RBAC lets it bind that role (a real RBAC check, not system:masters).
+    bindings = client.RbacAuthorizationV1Api(api).list_namespaced_role_binding(ns).items
+    assert [b.role_ref.kind for b in bindings] == ["ClusterRole"], bindings
+
+    _run(env, "helm", "uninstall", "antidote", "-n", system, "--wait")
