@@ -3,7 +3,8 @@ with poison flowing through retry cycles; then an audit of every source offset.
 
     .venv/bin/python benchmarks/chaos.py [--messages 20000] [--kills 100] [--seed N]
 
-Each round starts `antidote consumer --until-idle` as a process (driver and Spark JVM in a
+The stream arrives in slices, one before each round, so every round has work. Each round
+starts `antidote consumer --until-idle` as a process (driver and Spark JVM in a
 session of their own), waits until it has written something (the sink, retry or poison
 topics grew), then kills the whole session with SIGKILL after a further random delay, and on
 some rounds (--checkpoint-loss) deletes the checkpoint too, as a pod's ephemeral disk
@@ -76,9 +77,10 @@ def is_poison(i: int, rate: float) -> bool:
     return bool(every) and i % every == every // 2
 
 
-def write_source(bootstrap: str, topic: str, n: int, rate: float) -> int:
+def write_source(bootstrap: str, topic: str, n: int, rate: float, first: int = 0) -> int:
+    """Messages `first` .. `first + n - 1`; returns how many of them are poison."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    for i in range(n):
+    for i in range(first, first + n):
         value = b"poison-%d" % i if is_poison(i, rate) else b"m%d" % i
         while True:
             try:
@@ -87,7 +89,7 @@ def write_source(bootstrap: str, topic: str, n: int, rate: float) -> int:
             except BufferError:
                 p.poll(0.05)
     assert p.flush(120) == 0
-    return sum(1 for i in range(n) if is_poison(i, rate))
+    return sum(1 for i in range(first, first + n) if is_poison(i, rate))
 
 
 def read_topic(bootstrap: str, topic: str) -> list:
@@ -238,8 +240,11 @@ def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: floa
     source, sink = f"chaos-{tag}", f"chaos-{tag}-out"
     for fut in admin.create_topics([NewTopic(source, PARTITIONS, 1), NewTopic(sink, PARTITIONS, 1)]).values():
         fut.result(60)
-    poisoned = write_source(s.kafka_bootstrap, source, messages, poison_rate)
-    log(f"{messages} messages ({poisoned} poison) in {source}, {PARTITIONS} partitions")
+    # The stream arrives in slices, one before each round: every round has work to be killed
+    # in (written all at once, the last rounds of a long run found it drained).
+    cuts = [messages * k // (kills + 1) for k in range(kills + 2)]
+    poisoned = write_source(s.kafka_bootstrap, source, cuts[1] - cuts[0], poison_rate, cuts[0])
+    log(f"{messages} messages in {kills + 1} slices to {source}, {PARTITIONS} partitions")
     args = manifests(folder, s.kafka_bootstrap, source, sink, max_batch)
     env = {**os.environ, **s.env(), "SPARK_LOCAL_IP": "127.0.0.1"}
     outputs = [sink, f"{source}.poison"] + [f"{source}.retry-{k}" for k in range(1, CYCLES + 1)]
@@ -249,6 +254,9 @@ def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: floa
     resume = False
     with open(folder / "consumer.log", "ab") as out:
         for i in range(kills):
+            if i:
+                poisoned += write_source(s.kafka_bootstrap, source, cuts[i + 1] - cuts[i],
+                                         poison_rate, cuts[i])
             before = written(watch, outputs)
             proc = start(env, args, out, resume)
             resume = False
@@ -277,6 +285,8 @@ def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: floa
             if (i + 1) % 10 == 0:
                 log(f"{i + 1}/{kills} rounds: {c.kills} kills, {c.checkpoints_lost} checkpoints lost")
         watch.close()
+        poisoned += write_source(s.kafka_bootstrap, source, cuts[-1] - cuts[-2], poison_rate, cuts[-2])
+        log(f"{messages} messages written ({poisoned} poison)")
         proc = start(env, args, out, resume)
         code = proc.wait(900)
         if code == CRASH_LOOP:  # the last kills disabled it: resume, as on-call would
