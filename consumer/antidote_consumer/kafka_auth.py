@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -341,31 +340,23 @@ def check(conf: Mapping[str, str], bootstrap: str, secret: str, timeout: float =
     """Connect with `conf`; KafkaAuthError naming `secret` when the brokers refuse it or do
     not answer in `timeout` seconds."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
-    errors: list = []
+    from .kafka_retry import Unanswered, connect_once
+
+    def refused(errors: list) -> KafkaAuthError | None:
+        named = [e for e in errors if e.name() in REFUSED]
+        return KafkaAuthError(f"Kafka at {bootstrap} refused the credentials of secret {secret!r}: "
+                              f"{redact(named[-1].str(), conf)}") if named else None
+
     try:
-        admin = AdminClient({**conf, "bootstrap.servers": bootstrap, "error_cb": errors.append,
-                             "log_level": 0})
-    except KafkaException as err:
+        connect_once(dict(conf), bootstrap, timeout, refused)
+    except KafkaException as err:  # from the client's constructor: settings it cannot take
         raise KafkaAuthError(f"Kafka secret {secret!r}: the Python client refuses its settings: "
                              f"{redact(str(err), conf)}") from None
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            admin.list_topics(timeout=1)
-            return
-        except KafkaException as err:
-            last = err
-        admin.poll(0)  # serves error_cb
-        refused = [e for e in errors if e.name() in REFUSED]
-        if refused:
-            raise KafkaAuthError(f"Kafka at {bootstrap} refused the credentials of secret "
-                                 f"{secret!r}: {redact(refused[-1].str(), conf)}")
-        if time.monotonic() > deadline:
-            raise KafkaAuthError(f"Kafka at {bootstrap} did not answer within {timeout:.0f}s "
-                                 f"with the credentials of secret {secret!r}: "
-                                 f"{redact(str(last), conf)}")
+    except Unanswered as err:
+        raise KafkaAuthError(f"Kafka at {bootstrap} did not answer within {timeout:.0f}s "
+                             f"with the credentials of secret {secret!r}: "
+                             f"{redact(err.last, conf)}") from None
 
 
 def redact(text: str, conf: Mapping[str, str]) -> str:

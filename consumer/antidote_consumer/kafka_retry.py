@@ -29,3 +29,36 @@ def retrying(call: Callable[[], T], what: str, timeout: float = 30.0) -> T:
                 raise RuntimeError(f"{what}: {err}") from err
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+class Unanswered(Exception):
+    """No broker answered in time: `errors` the client reported, `last` its last call's error."""
+
+    def __init__(self, errors: list, last: str):
+        super().__init__(last)
+        self.errors, self.last = errors, last
+
+
+def connect_once(conf: dict, bootstrap: str, timeout: float,
+                 refused: Callable[[list], BaseException | None] = lambda errors: None) -> None:
+    """Ask for metadata until a broker answers. `refused(errors)` may return an exception to
+    raise at once (credentials refused); Unanswered after `timeout` s. The client's own log
+    lines, one per refused connection and second, are kept quiet."""
+    from confluent_kafka.admin import AdminClient
+
+    errors: list = []
+    admin = AdminClient({**conf, "bootstrap.servers": bootstrap, "error_cb": errors.append,
+                         "log_level": 0})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_topics(timeout=1)
+            return
+        except KafkaException as err:
+            last = err.args[0].str() if err.args and isinstance(err.args[0], KafkaError) else str(err)
+        admin.poll(0)  # serves error_cb
+        stop = refused(errors)
+        if stop is not None:
+            raise stop
+        if time.monotonic() > deadline:
+            raise Unanswered(errors, last)

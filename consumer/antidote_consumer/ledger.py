@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from antidote_api.names import transactional_id
+
 from .kafka_retry import retrying
-from .transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter, transactional_id
+from .transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
 
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")

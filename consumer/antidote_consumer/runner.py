@@ -127,13 +127,17 @@ DEPTHS_EVERY_S = 2.0
 
 class Consumer:
     def __init__(self, settings: EffectiveSettings, spark: SparkSession, metrics: Metrics,
-                 *, trigger_interval: float = 1.0):
+                 *, trigger_interval: float = 1.0, client_conf: dict[str, str] | None = None):
+        """`client_conf`: the source's librdkafka settings, already checked against a broker
+        that answered (`antidote consumer` does so before Spark starts); else checked here."""
         self.s = settings
         self.spark = spark
         self.metrics = metrics
         self.interval = trigger_interval
-        conf = kafka_auth.verified_source_config(settings)  # the secretRef's, for librdkafka
-        reachable(conf, settings.source.bootstrap_servers)  # one line if not, not a traceback
+        conf = client_conf
+        if conf is None:
+            conf = kafka_auth.verified_source_config(settings)  # the secretRef's, for librdkafka
+            reachable(conf, settings.source.bootstrap_servers)  # one line if not, not a traceback
         admin = AdminClient({**conf, "bootstrap.servers": settings.source.bootstrap_servers})
         t = settings.topics
         derived = list(t.retry) + [t.poison, t.dlq]

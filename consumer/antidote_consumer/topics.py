@@ -7,7 +7,7 @@ import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .kafka_retry import retrying
+from .kafka_retry import Unanswered, connect_once, retrying
 
 
 class KafkaUnreachable(RuntimeError):
@@ -32,25 +32,15 @@ MIN_MARGIN_MS = DAY_MS
 
 
 def reachable(conf: dict, bootstrap: str, timeout: float = 20.0) -> None:
-    """Connect once; KafkaUnreachable in one line when no broker answers in `timeout` s (the
-    client's own log lines, one per refused connection and second, are kept quiet here)."""
-    from confluent_kafka import KafkaError, KafkaException
+    """Connect once; KafkaUnreachable in one line when no broker answers in `timeout` s."""
+    from confluent_kafka import KafkaError
 
-    errors: list = []
-    admin = AdminClient({**conf, "bootstrap.servers": bootstrap, "error_cb": errors.append,
-                         "log_level": 0})
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            admin.list_topics(timeout=1)
-            return
-        except KafkaException as err:
-            last = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-        admin.poll(0)  # serves error_cb
-        if time.monotonic() > deadline:
-            seen = next((e.str() for e in reversed(errors) if e.code() != KafkaError._ALL_BROKERS_DOWN), None)
-            raise KafkaUnreachable(f"cannot reach Kafka at {bootstrap} (no answer in {timeout:.0f}s): "
-                                   f"{seen or last}")
+    try:
+        connect_once(conf, bootstrap, timeout)
+    except Unanswered as err:
+        seen = next((e.str() for e in reversed(err.errors) if e.code() != KafkaError._ALL_BROKERS_DOWN), None)
+        raise KafkaUnreachable(f"cannot reach Kafka at {bootstrap} (no answer in {timeout:.0f}s): "
+                               f"{seen or err.last}") from None
 
 
 def consumer_id(namespace: str, consumer: str) -> str:

@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from antidote_api.names import transactional_id  # noqa: F401 - re-exported for the ledger
-
 log = logging.getLogger("antidote.consumer")
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # quarantine keeps records whole, however large

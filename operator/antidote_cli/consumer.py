@@ -61,14 +61,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"antidote consumer: spec.{problem}", file=sys.stderr)
         return 2
 
-    from antidote_consumer.kafka_auth import KafkaAuthError, source_config
+    from antidote_consumer.kafka_auth import KafkaAuthError, verified_source_config
     from antidote_consumer.metrics import Metrics
     from antidote_consumer.runner import Consumer, install_signal_handlers, spark_session
     from antidote_consumer.topics import KafkaUnreachable, TopicMisfit, reachable
 
     try:  # before Spark starts: an unreachable broker is one line, not Spark's start-up and a trace
-        # Credentials first (a secretRef: one connection), so refused ones are named as such.
-        reachable(source_config(settings, verify=True), settings.source.bootstrap_servers)
+        # Credentials first (a secretRef: one connection), so refused ones are named as such;
+        # checked once, here: the Consumer takes the result instead of connecting again.
+        conf = verified_source_config(settings)
+        reachable(conf, settings.source.bootstrap_servers)
     except KafkaAuthError as err:
         print(f"antidote consumer: {err}", file=sys.stderr)
         return 2
@@ -80,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     spark.sparkContext.setLogLevel("WARN")
     try:
         try:
-            consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval)
+            consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval,
+                                client_conf=conf)
         except KafkaAuthError as err:  # exit 2: restarted with back-off, a fixed Secret is read
             print(f"antidote consumer: {err}", file=sys.stderr)
             return 2
