@@ -54,12 +54,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.g
 sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from antidote_consumer.kafka_retry import retrying  # noqa: E402
 from antidote_devstack import stack as devstack  # noqa: E402
 from antidote_devstack.paths import cache_dir  # noqa: E402
+from tests.integration.kafka_io import read_all  # noqa: E402 - the tests' exact reader
 
 IMMEDIATE, CYCLES = 1, 2
 POLICY = {"retries": {"immediate": IMMEDIATE, "cycles": CYCLES, "cycleDelay": "2s"}}
@@ -90,39 +91,6 @@ def write_source(bootstrap: str, topic: str, n: int, rate: float, first: int = 0
                 p.poll(0.05)
     assert p.flush(120) == 0
     return sum(1 for i in range(first, first + n) if is_poison(i, rate))
-
-
-def read_topic(bootstrap: str, topic: str) -> list:
-    """Every committed record of `topic`, from its start to its end now."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-audit-{uuid.uuid4().hex}",
-                  "enable.auto.commit": False, "enable.partition.eof": True,
-                  "isolation.level": "read_committed"})
-    try:
-        md = c.list_topics(topic, timeout=30).topics[topic]
-        open_parts = set()
-        tps = []
-        for p in md.partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            if high > low:
-                tps.append(TopicPartition(topic, p, low))
-                open_parts.add(p)
-        if not tps:
-            return []
-        c.assign(tps)
-        out = []
-        while open_parts:
-            msg = c.poll(30)
-            if msg is None:
-                raise TimeoutError(f"{topic}: no answer while reading")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    open_parts.discard(msg.partition())
-                    continue
-                raise RuntimeError(f"{topic}: {msg.error()}")
-            out.append(msg)
-        return out
-    finally:
-        c.close()
 
 
 @dataclass
@@ -157,19 +125,19 @@ class Audit:
 
 def audit(bootstrap: str, source: str, sink: str, poison: str) -> Audit:
     a = Audit()
-    src = {(m.partition(), m.offset()): m.value() for m in read_topic(bootstrap, source)}
+    src = {(m.partition, m.offset): m.value for m in read_all(bootstrap, source)}
     a.offsets = len(src)
     a.poison_expected = sum(1 for v in src.values() if v.startswith(b"poison"))
     outputs = Counter()
-    for m in read_topic(bootstrap, sink):
-        part, off, _ = m.value().split(b":", 2)
+    for m in read_all(bootstrap, sink):
+        part, off, _ = m.value.split(b":", 2)
         outputs[(int(part), int(off))] += 1
     a.sink_duplicates = sum(n - 1 for n in outputs.values())
     a.processed = len(outputs)
     want = (IMMEDIATE + 1) * (CYCLES + 1)
     quarantined = Counter()
-    for m in read_topic(bootstrap, poison):
-        h = {k: v.decode() for k, v in (m.headers() or []) if k.startswith("antidote.")}
+    for m in read_all(bootstrap, poison):
+        h = {k: v.decode() for k, v in m.headers if k.startswith("antidote.")}
         where = (int(h["antidote.original.partition"]), int(h["antidote.original.offset"]))
         quarantined[where] += 1
         if int(h["antidote.attempts"]) != want:
