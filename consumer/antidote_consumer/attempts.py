@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from antidote_api.wire import PoisonReason
+
 from .deadline import AttemptTimeout
 from .handler import Handler, encode_output
 from .headers import MAX_STACK, truncate_stack
@@ -23,11 +25,7 @@ class Verdict(StrEnum):
     FINAL = "final"      # no attempts left: the policy's disposition applies
 
 
-class Reason(StrEnum):
-    MAX_ATTEMPTS = "max-attempts"
-    NON_RETRYABLE = "non-retryable"
-    VALIDATION = "validation"
-    BATCH_ISOLATION = "batch-isolation"
+Reason = PoisonReason  # the contract's one definition (antidote_api.wire)
 
 
 @dataclass(frozen=True)

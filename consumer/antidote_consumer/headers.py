@@ -1,6 +1,7 @@
 """The `antidote.*` headers of retried and quarantined records.
 
-Values are UTF-8 text (numbers in decimal, times in epoch milliseconds), readable with
+The names are defined once in `antidote_api.headers` (the on-call CLI reads them too); this
+module writes and parses them. Values are UTF-8 text (numbers in decimal, times in epoch milliseconds), readable with
 `kcat -f '%h'` or any client, like Kafka Connect's DLQ context headers."""
 
 from __future__ import annotations
@@ -8,28 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-PREFIX = "antidote."
-ERROR_CLASS = PREFIX + "error.class"
-ERROR_MESSAGE = PREFIX + "error.message"
-ERROR_STACK = PREFIX + "error.stack"
-REASON = PREFIX + "reason"
-DISPOSITION = PREFIX + "disposition"
-ATTEMPTS = PREFIX + "attempts"
-CYCLE = PREFIX + "cycle"
-DUE = PREFIX + "due"
-ORIGINAL_TOPIC = PREFIX + "original.topic"
-ORIGINAL_PARTITION = PREFIX + "original.partition"
-ORIGINAL_OFFSET = PREFIX + "original.offset"
-ORIGINAL_TIMESTAMP = PREFIX + "original.timestamp"
-FIRST_FAILURE = PREFIX + "failure.first"
-LAST_FAILURE = PREFIX + "failure.last"
-CONSUMER = PREFIX + "consumer"
-POLICY = PREFIX + "policy"
-# Set by the poison-queue reader on a redriven message; it travels with the message (through
-# retry cycles back into the poison topic) so the reader's loop guard can count redrives.
-REDRIVE_COUNT = PREFIX + "redrive.count"
-# Set by `antidote skip` on the record it moved past a Fault: when (epoch ms).
-SKIPPED_AT = PREFIX + "skipped.at"
+from antidote_api.headers import (ATTEMPTS, CONSUMER, CYCLE, DISPOSITION, DUE, ERROR_CLASS,  # noqa: F401
+                                  ERROR_MESSAGE, ERROR_STACK, FIRST_FAILURE, LAST_FAILURE,
+                                  ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TIMESTAMP,
+                                  ORIGINAL_TOPIC, POLICY, PREFIX, REASON, REDRIVE_COUNT, SKIPPED_AT)
 
 # The header budget: Antidote's headers on a record stay under ~6 KiB (texts in UTF-8 bytes),
 # so a record that fit its source fits a derived topic with the same max.message.bytes

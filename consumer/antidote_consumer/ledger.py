@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from antidote_api.names import transactional_id
 
 from .kafka_retry import retrying
 from .transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
@@ -27,7 +26,7 @@ from .transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
 LedgerFenced = Fenced  # a newer instance of this consumer owns its ledger: this one stops
-__all__ = ["MAX_RECORD_BYTES", "Ledger", "LedgerFenced", "LedgerState", "load_state", "transactional_id"]
+__all__ = ["MAX_RECORD_BYTES", "Ledger", "LedgerFenced", "LedgerState", "load_state"]
 
 
 @dataclass

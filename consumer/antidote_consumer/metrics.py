@@ -14,8 +14,10 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from antidote_api.conditions import DisableReason
+from antidote_api.wire import HEALTH_PATH, Metric
+
 LABELS = ("namespace", "consumer")
-HEALTH_PATH = "/healthz"  # the Deployment's livenessProbe (operator builders)
 STALL_AFTER_MIN_S = 600.0
 
 
@@ -59,19 +61,19 @@ class Metrics:
     def __init__(self, namespace: str, consumer: str, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r, ids = self.registry, {"namespace": namespace, "consumer": consumer}
-        self.messages = Counter("antidote_messages", "Messages by final outcome of a pass: "
+        self.messages = Counter(Metric.MESSAGES.registered, "Messages by final outcome of a pass: "
                                 "processed, retried (parked in a retry topic), moved, rejected, dropped.",
                                 LABELS + ("outcome",), registry=r)
         self.attempts = Counter("antidote_attempts", "Handler calls.", LABELS, registry=r)
         self.retries_scheduled = Counter("antidote_retry_scheduled", "Messages parked for retry cycle N.",
                                          LABELS + ("cycle",), registry=r)
-        self.poison = Counter("antidote_poison_messages", "Messages that got a disposition, by reason.",
+        self.poison = Counter(Metric.POISON_MESSAGES.registered, "Messages that got a disposition, by reason.",
                               LABELS + ("reason", "disposition"), registry=r)
         self.batch_failures = Counter("antidote_batch_failures", "Whole-batch failures (rollbacks).",
                                       LABELS, registry=r)
-        self.consecutive = Gauge("antidote_consecutive_batch_failures",
+        self.consecutive = Gauge(Metric.CONSECUTIVE_BATCH_FAILURES,
                                  "Whole-batch failures in a row.", LABELS, registry=r)
-        self.disabled = Gauge("antidote_queue_disabled",
+        self.disabled = Gauge(Metric.QUEUE_DISABLED,
                               "1 when the consumer disabled its queue, with the reason.",
                               LABELS + ("reason",), registry=r)
         self.batch_seconds = Histogram("antidote_batch_duration_seconds", "Batch processing time.",
@@ -80,18 +82,18 @@ class Metrics:
         self.lag = Gauge("antidote_source_lag_records",
                          "Records in the source topic after the last committed batch (end offsets "
                          "minus the query's committed offsets).", LABELS + ("topic",), registry=r)
-        self.depth = Gauge("antidote_topic_depth", "Records in Antidote's topics (end - start offset).",
+        self.depth = Gauge(Metric.TOPIC_DEPTH, "Records in Antidote's topics (end - start offset).",
                            LABELS + ("topic", "kind"), registry=r)
         # Where the last poison message came from is in two gauges' values, not in labels: an
         # offset label would make a new time series per poison message. The labels left are
         # bounded by the code (reasons, exception classes) and the settings (the topic).
-        self.last_poison = Gauge("antidote_last_poison_timestamp_seconds",
+        self.last_poison = Gauge(Metric.LAST_POISON_TIMESTAMP,
                                  "When the last message got its disposition, and why (never the payload).",
                                  LABELS + ("reason", "error_class", "topic"), registry=r)
-        self.last_poison_partition = Gauge("antidote_last_poison_partition",
+        self.last_poison_partition = Gauge(Metric.LAST_POISON_PARTITION,
                                            "Original partition of the last poison message.", LABELS,
                                            registry=r)
-        self.last_poison_offset = Gauge("antidote_last_poison_offset",
+        self.last_poison_offset = Gauge(Metric.LAST_POISON_OFFSET,
                                         "Original offset of the last poison message.", LABELS, registry=r)
         self.retry_expired = Counter("antidote_retry_expired_offsets",
                                      "Offsets of retry topics that expired (retention) before this "
@@ -151,5 +153,5 @@ class Metrics:
             self.messages.labels(**self.ids, outcome=outcome).inc(n)
 
     def set_disabled(self, reason: str | None) -> None:
-        for r in ("ConsecutiveBatchFailures", "SystemicFailure", "Fault"):
+        for r in DisableReason:
             self.disabled.labels(**self.ids, reason=r).set(1 if r == reason else 0)

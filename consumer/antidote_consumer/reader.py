@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from antidote_api.names import reader_group_id, transactional_id
+from antidote_api.names import ledger_topic, reader_group_id, transactional_id
+from antidote_api.times import parse_iso
+from antidote_api.wire import POISON_REASONS, READER_ACTIONS, READER_SOURCES
 from antidote_api.semantics import EffectiveSettings
 
 from . import headers as h
@@ -32,7 +34,7 @@ from . import kafka_auth
 from .kafka_retry import retrying
 from .reader_rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
                            original_partition, plan, redrive_count, redrive_headers)
-from .topics import ledger_topic, max_message_bytes, partitions_of, wait_ready
+from .topics import max_message_bytes, partitions_of, wait_ready
 from .transactions import RecordRefused, TransactionalWriter
 
 log = logging.getLogger("antidote.reader")
@@ -493,15 +495,15 @@ def _resolved(prog: Progress, lo: int, hi: int, keep: list[int]) -> Progress:
 def add_option_args(p, action: bool = True) -> None:
     """The reader's flags; each overrides the policy's reader section when given."""
     if action:
-        p.add_argument("--action", choices=["Redrive", "Archive", "Drop", "Hold"], default=None,
+        p.add_argument("--action", choices=list(READER_ACTIONS), default=None,
                        help="what to do with each message (default: the policy's reader.action)")
-    p.add_argument("--from", dest="source", choices=["poison", "dlq"], default="poison",
+    p.add_argument("--from", dest="source", choices=list(READER_SOURCES), default="poison",
                    help="read the poison topic (default) or the dead-letter topic")
     p.add_argument("--rate", type=int, default=None, help="messages per second at most")
     p.add_argument("--error-class", dest="error_classes", action="append", default=None,
                    metavar="CLASS", help="only messages with this antidote.error.class (repeatable)")
     p.add_argument("--reason", dest="reasons", action="append", default=None,
-                   choices=["max-attempts", "non-retryable", "validation", "batch-isolation"],
+                   choices=list(POISON_REASONS),
                    help="only messages quarantined for this reason (repeatable)")
     p.add_argument("--since", default=None, metavar="ISO",
                    help="only messages whose last failure is at or after this time")
@@ -516,7 +518,7 @@ def _iso(value, flag: str):
     if value is None or isinstance(value, datetime):
         return value
     try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        return parse_iso(str(value))
     except ValueError:
         raise ReaderError(f"{flag} must be an ISO 8601 time, not {value!r}") from None
 

@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 from antidote_api.policy import Reader
+from antidote_api.wire import READER_ACTIONS, READER_SOURCES
 
 from . import headers as h
 
-ACTIONS = ("Redrive", "Archive", "Drop", "Hold")
-SOURCES = ("poison", "dlq")
+ACTIONS, SOURCES = READER_ACTIONS, READER_SOURCES
 
 
 class ReaderError(ValueError):

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 
 from . import kafka_auth
@@ -24,7 +25,7 @@ from .ledger import LedgerFenced
 from .metrics import Metrics, stall_after
 from .retry_reader import RetryReader
 from .runtime import ExitCode, QueueDisabled, Runtime
-from .topics import (consumer_id, depth, end_offsets, ensure_topics, ledger_topic, max_message_bytes,
+from .topics import (depth, end_offsets, ensure_topics, max_message_bytes,
                      reachable, source_lag)
 from .worker import INPUT_COLUMNS, INPUT_SCHEMA
 
@@ -142,7 +143,7 @@ class Consumer:
         t = settings.topics
         derived = list(t.retry) + [t.poison, t.dlq]
         self.partitions = ensure_topics(
-            admin, t.source, derived, ledger_topic(t.source, settings.namespace, settings.consumer),
+            admin, t.source, derived, ledger_names(settings).topic,
             retry=list(t.retry), longest_delay_ms=max((d.ms for d in settings.retries.cycle_delays), default=0))
         for key, value in arrow_batching(max_message_bytes(admin, t.source),
                                          settings.spark.conf).items():
@@ -150,7 +151,7 @@ class Consumer:
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf,
                                max_bytes={topic: max_message_bytes(admin, topic) for topic in derived})
         self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry), conf,
-                                 owner=consumer_id(settings.namespace, settings.consumer),
+                                 owner=ledger_names(settings).consumer_id,
                                  on_expired=self._retry_expired) if t.retry else None
         # Topic depths (poison, dlq, retry) are exported with or without retry cycles: the
         # operator's poisonDepth trigger reads them. Read uncommitted, so they count up to the

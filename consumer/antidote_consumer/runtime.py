@@ -13,38 +13,28 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import IntEnum
 
+from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
+from antidote_api.wire import DISABLE_EXIT, ExitCode
 
 from . import headers as h
 from . import kafka_auth
 from .attempts import Reason, Verdict
 from .isolation import bisect
-from .ledger import Ledger, LedgerState, transactional_id
+from .ledger import Ledger, LedgerState
 from .local_worker import MAX_ROWS as MAX_LOCAL_ROWS
 from .local_worker import LocalWorker
 from .metrics import Metrics
-from .topics import consumer_id, ledger_topic
 from .worker import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
 
 log = logging.getLogger("antidote.consumer")
 
 
-class ExitCode(IntEnum):
-    OK = 0
-    BAD_SETTINGS = 2
-    CONSECUTIVE_BATCH_FAILURES = 3
-    SYSTEMIC_FAILURE = 4
-    FAULT = 5
-    FENCED = 6  # a newer instance of this consumer took over its ledger
-
-
 class QueueDisabled(Exception):
     """The consumer must stop: its queue is disabled for `reason` (a condition reason)."""
 
-    codes = {"ConsecutiveBatchFailures": ExitCode.CONSECUTIVE_BATCH_FAILURES,
-             "SystemicFailure": ExitCode.SYSTEMIC_FAILURE, "Fault": ExitCode.FAULT}
+    codes = DISABLE_EXIT
 
     def __init__(self, reason: str, message: str, at: dict | None = None):
         super().__init__(f"{reason}: {message}")
@@ -106,7 +96,8 @@ class Runtime:
         self.partitions = partitions
         self.retry_sleep = retry_sleep
         self.cfg = worker_config(settings)
-        self.consumer_id = consumer_id(settings.namespace, settings.consumer)
+        names = ledger_names(settings)
+        self.consumer_id = names.consumer_id
         # Small retry batches run without a Spark job; a path sink is written by Spark.
         path_sink = settings.sink is not None and settings.sink.path is not None
         self.local: LocalWorker | None = None if path_sink else LocalWorker()
@@ -123,8 +114,7 @@ class Runtime:
         self.max_bytes: dict[str, int] = dict(max_bytes or {})
         smallest = min(self.max_bytes.values(), default=None)
         self.ledger = Ledger(settings.source.bootstrap_servers,
-                             ledger_topic(settings.source.topic, settings.namespace, settings.consumer),
-                             transactional_id=transactional_id(settings.namespace, settings.consumer),
+                             names.topic, transactional_id=names.transactional_id,
                              client_conf=client_conf,
                              # Below librdkafka's 1 MB default only: room for a batch's framing.
                              max_batch_bytes=smallest - BATCH_FRAMING

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 
 from . import headers as h
 from . import kafka_auth
-from .ledger import Ledger, load_state, transactional_id
-from .topics import KafkaUnreachable, consumer_id, ledger_topic, max_message_bytes, reachable
+from .ledger import Ledger, load_state
+from .topics import KafkaUnreachable, max_message_bytes, reachable
 
 
 class SkipError(Exception):
@@ -81,7 +82,8 @@ def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None
 
 
 def _skip(s: EffectiveSettings, bootstrap: str, conf: dict, dry_run: bool) -> Skipped:
-    topic = ledger_topic(s.source.topic, s.namespace, s.consumer)
+    names = ledger_names(s)
+    topic = names.topic
     state = load_state(bootstrap, topic, conf)
     if state.disabled == "Fault" and not state.fault and state.skipped:
         where = "/".join(state.skipped[-1].rsplit(":", 2))
@@ -114,9 +116,9 @@ def _skip(s: EffectiveSettings, bootstrap: str, conf: dict, dry_run: bool) -> Sk
         origin=origin, attempts=f.get("attempts") or 0, cycle=f.get("cycle") or 0,
         first_failure=f.get("first_failure") or now, last_failure=f.get("last_failure") or now,
         reason=f.get("reason"), error_class=f.get("error_class"), error_message=f.get("error_message"),
-        stack=None, consumer=consumer_id(s.namespace, s.consumer), policy=s.policy, disposition="Fault") + [
+        stack=None, consumer=names.consumer_id, policy=s.policy, disposition="Fault") + [
         (h.SKIPPED_AT, str(now).encode())]
-    ledger = Ledger(bootstrap, topic, transactional_id(s.namespace, s.consumer), conf)
+    ledger = Ledger(bootstrap, topic, names.transactional_id, conf)
     state = ledger.load()  # as the writer now: nothing can have changed in between
     new = copy.deepcopy(state)
     new.skipped.append(f"{f['topic']}:{f['partition']}:{f['offset']}")

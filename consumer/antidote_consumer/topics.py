@@ -43,18 +43,6 @@ def reachable(conf: dict, bootstrap: str, timeout: float = 20.0) -> None:
                                f"{seen or err.last}") from None
 
 
-def consumer_id(namespace: str, consumer: str) -> str:
-    """Who wrote a retry or quarantine record (its `antidote.consumer` header): two
-    QueueConsumers of one source topic share its retry topics and read only their own."""
-    return f"{namespace}/{consumer}" if namespace else consumer
-
-
-def ledger_topic(source: str, namespace: str, consumer: str) -> str:
-    """A consumer's ledger topic: one per QueueConsumer (namespace and name) and source."""
-    who = ".".join(filter(None, (namespace, consumer)))
-    return f"{source}.ledger-{who}" if who else f"{source}.ledger"
-
-
 def partitions_of(admin: AdminClient, topic: str, timeout: float = 30) -> int:
     md = admin.list_topics(topic, timeout=timeout).topics.get(topic)
     if md is None or md.error is not None:

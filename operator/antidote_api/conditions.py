@@ -23,6 +23,60 @@ class ConditionType(StrEnum):
     POISON_DETECTED = "PoisonDetected"
 
 
+class DisableReason(StrEnum):
+    """Why a consumer disabled its queue: the QueueDisabled (and Ready) reason, the
+    `reason` label of `antidote_queue_disabled`, and (wire.DISABLE_EXIT) its exit code."""
+
+    CONSECUTIVE_BATCH_FAILURES = "ConsecutiveBatchFailures"
+    SYSTEMIC_FAILURE = "SystemicFailure"
+    FAULT = "Fault"
+
+
+class ConfigReason(StrEnum):
+    """Ready=False: the spec or the policy cannot run (and the driver's own refusal)."""
+
+    INVALID_SPEC = "InvalidSpec"
+    POLICY_NOT_FOUND = "PolicyNotFound"
+    POLICY_INVALID = "PolicyInvalid"
+    SETTINGS_REJECTED = "SettingsRejected"
+
+
+class ReadyReason(StrEnum):
+    RUNNING = "Running"
+    STARTING = "Starting"
+    PAUSED = "Paused"
+    QUEUE_DISABLED = "QueueDisabled"  # while the disabling reason is unknown
+    VALID = "Valid"  # a PoisonPolicy's Ready
+
+
+class PausedReason(StrEnum):
+    USER_REQUESTED = "UserRequested"
+    QUEUE_DISABLED = "QueueDisabled"
+    NOT_PAUSED = "NotPaused"
+
+
+class EnabledReason(StrEnum):
+    """QueueDisabled=False: why the queue runs."""
+
+    QUEUE_ENABLED = "QueueEnabled"
+    RESUMED = "Resumed"
+    PROBING = "Probing"
+    PROBE_SUCCEEDED = "ProbeSucceeded"
+
+
+class PoisonConditionReason(StrEnum):
+    """PoisonDetected: the last poison message's reason (wire.POISON_CONDITION_REASONS), or
+    one of these."""
+
+    NO_POISON = "NoPoison"
+    DRAINED = "Drained"
+    POISON_MESSAGES = "PoisonMessages"
+    MAX_ATTEMPTS = "MaxAttempts"
+    NON_RETRYABLE = "NonRetryable"
+    VALIDATION = "Validation"
+    BATCH_ISOLATION = "BatchIsolation"
+
+
 class Condition(ApiModel):
     type: str = Field(
         pattern=TYPE_PATTERN, max_length=316,
@@ -56,16 +110,6 @@ Conditions = Annotated[list[Condition], AfterValidator(_one_per_type), Field(
 def utc_now() -> datetime:
     # metav1.Time has second precision; keeping it avoids spurious diffs on round trips.
     return datetime.now(timezone.utc).replace(microsecond=0)
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """A Kubernetes timestamp (`2026-01-02T03:04:05Z`), or None when absent or malformed."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:

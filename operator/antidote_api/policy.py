@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from .base import ApiModel, Rule
 from .conditions import Conditions
 from .duration import Duration
+from .wire import READER_ACTIONS
 from .types import (API_VERSION, ApiVersionField, ClassName, Cron, Disposition, FreeObject,
                     KindField, Metadata, PoisonReason, SetOf, TopicName, seed)
 
@@ -205,7 +206,7 @@ class Reader(ApiModel):
         default_factory=ReaderTrigger,
         description="When reader jobs start by themselves. Manual runs (`antidote redrive`) are "
                     "always possible; with no trigger set they are the only runs.")
-    action: Literal["Redrive", "Archive", "Drop", "Hold"] = Field(
+    action: Literal[READER_ACTIONS] = Field(  # type: ignore[valid-type]
         "Hold",
         description="What a reader job does with each poison message: `Redrive` (back to the "
                     "source topic), `Archive` (to files, then remove), `Drop` (discard, counted), "

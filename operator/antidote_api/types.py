@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, Field, GetJsonSchemaHandler, StringConstraints, WithJsonSchema
 from pydantic_core import core_schema
 
+from .wire import POISON_REASONS
+
 T = TypeVar("T", bound=Hashable)
 
 GROUP = "antidote.dev"
@@ -33,7 +35,7 @@ class Named:
 
 Disposition = Literal["Move", "Reject", "Drop", "Fault"]
 # Why a message was quarantined; also the `antidote.reason` header of quarantined records.
-PoisonReason = Literal["max-attempts", "non-retryable", "validation", "batch-isolation"]
+PoisonReason = Literal[POISON_REASONS]  # type: ignore[valid-type]  # wire.PoisonReason's values
 
 TOPIC_PATTERN = r"^[a-zA-Z0-9._-]+$"
 TopicName = Annotated[str, StringConstraints(pattern=TOPIC_PATTERN, min_length=1, max_length=249),

@@ -20,11 +20,14 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from antidote_api.names import reader_group_id
+from antidote_api import headers as hn
+from antidote_api.drain import DrainRequest
+from antidote_api.names import reader_group_id, settings_configmap
+from antidote_api.times import format_ms, parse_iso
+from antidote_api.types import GROUP, VERSION
+from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, RESUME_ANNOTATION, SETTINGS_KEY
 
-GROUP, VERSION, PLURAL = "antidote.dev", "v1alpha1", "queueconsumers"
-RESUME_ANNOTATION = "antidote.dev/resume"
-REDRIVE_COUNT = "antidote.redrive.count"
+PLURAL = "queueconsumers"
 WIDTH = 100
 PAYLOAD_CHARS = 40
 
@@ -86,12 +89,13 @@ class Cluster:
 
         from antidote_api.semantics import EffectiveSettings
 
-        cm = self.call(self.core.read_namespaced_config_map, f"{name}-settings", self.namespace,
-                       missing=f'ConfigMap "{name}-settings" not found in namespace "{self.namespace}": '
+        cm_name = settings_configmap(name)
+        cm = self.call(self.core.read_namespaced_config_map, cm_name, self.namespace,
+                       missing=f'ConfigMap "{cm_name}" not found in namespace "{self.namespace}": '
                                "the operator writes it; is it running, and is the consumer valid?")
-        text = (cm.data or {}).get("settings.yaml")
+        text = (cm.data or {}).get(SETTINGS_KEY)
         if not text:
-            raise CliError(f'ConfigMap "{name}-settings" has no settings.yaml')
+            raise CliError(f'ConfigMap "{cm_name}" has no {SETTINGS_KEY}')
         return EffectiveSettings.model_validate(yaml.safe_load(text))
 
     def patch_consumer(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,15 +123,6 @@ class Quarantined:
     payload_bytes: int | None = None
 
 
-def _ms(text: str | None) -> str | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromtimestamp(int(text) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (ValueError, OverflowError, OSError):
-        return None
-
-
 def quarantined(record_topic: str, partition: int, offset: int, headers: Iterable[tuple[str, bytes | None]],
                 value: bytes | None, handled: bool, show_payload: bool) -> Quarantined:
     h: dict[str, str] = {}
@@ -141,17 +136,16 @@ def quarantined(record_topic: str, partition: int, offset: int, headers: Iterabl
         except (KeyError, ValueError):
             return None
 
-    origin = "/".join(str(x) for x in (h.get("antidote.original.topic", "?"),
-                                       h.get("antidote.original.partition", "?"),
-                                       h.get("antidote.original.offset", "?")))
+    origin = "/".join(str(x) for x in (h.get(hn.ORIGINAL_TOPIC, "?"), h.get(hn.ORIGINAL_PARTITION, "?"),
+                                       h.get(hn.ORIGINAL_OFFSET, "?")))
     payload = None
     if show_payload and value is not None:
         text = value.decode("utf-8", "replace")
         payload = text if len(text) <= PAYLOAD_CHARS else text[:PAYLOAD_CHARS - 1] + "…"
     return Quarantined(topic=record_topic, partition=partition, offset=offset, origin=origin,
-                       reason=h.get("antidote.reason", ""), error_class=h.get("antidote.error.class", ""),
-                       attempts=num("antidote.attempts"), first_failure=_ms(h.get("antidote.failure.first")),
-                       last_failure=_ms(h.get("antidote.failure.last")), redrives=num(REDRIVE_COUNT) or 0,
+                       reason=h.get(hn.REASON, ""), error_class=h.get(hn.ERROR_CLASS, ""),
+                       attempts=num(hn.ATTEMPTS), first_failure=format_ms(h.get(hn.FIRST_FAILURE)),
+                       last_failure=format_ms(h.get(hn.LAST_FAILURE)), redrives=num(hn.REDRIVE_COUNT) or 0,
                        handled=handled, payload=payload,
                        payload_bytes=None if not show_payload or value is None else len(value))
 
@@ -163,7 +157,7 @@ def matches(q: Quarantined, *, error_classes: Sequence[str], reasons: Sequence[s
         return False
     if since is not None:
         last = q.last_failure or q.first_failure
-        if last is None or datetime.fromisoformat(last.replace("Z", "+00:00")) < since:
+        if last is None or parse_iso(last) < since:
             return False
     return True
 
@@ -276,10 +270,9 @@ def _since(text: str | None, flag: str = "--since") -> datetime | None:
     if text is None:
         return None
     try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise CliError(f"{flag}: {text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00Z)") from None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        return parse_iso(text)
+    except ValueError as err:
+        raise CliError(f"{flag}: {err}") from None
 
 
 def _props(items: Sequence[str]) -> dict[str, str]:
@@ -355,8 +348,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def drain_request(args: argparse.Namespace) -> Any:
-    from antidote_operator.reader_jobs import DrainRequest
-
     since = _since(args.since)
     until = _since(args.until, "--until")
     rid = args.request_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
@@ -383,7 +374,7 @@ def job_report(k: Cluster, job: Any) -> str | None:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    from antidote_operator.reader_jobs import DRAIN_ANNOTATION, drain_job_name
+    from antidote_operator.reader_jobs import drain_job_name
 
     req = drain_request(args)  # a bad argument is named before any cluster is asked
     k = Cluster(args)
@@ -484,8 +475,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _filters(p: argparse.ArgumentParser, until: bool = True) -> None:
     p.add_argument("--error-class", action="append", metavar="CLASS", help="only this error class (repeatable)")
-    p.add_argument("--reason", action="append", choices=("max-attempts", "non-retryable", "validation",
-                                                         "batch-isolation"), help="only this reason (repeatable)")
+    p.add_argument("--reason", action="append", choices=POISON_REASONS, help="only this reason (repeatable)")
     p.add_argument("--since", metavar="ISO", help="only messages that failed at or after this time")
     if until:
         p.add_argument("--until", metavar="ISO", help="only messages that failed before this time")

@@ -9,7 +9,9 @@ import sys
 import threading
 from pathlib import Path
 
-EXIT_OK, EXIT_BAD_SETTINGS, EXIT_FAULT = 0, 2, 5
+from antidote_api.wire import ExitCode
+
+EXIT_OK, EXIT_BAD_SETTINGS, EXIT_FAULT = ExitCode.OK, ExitCode.BAD_SETTINGS, ExitCode.FAULT
 REPORT_LIMIT = 4096  # /dev/termination-log keeps 4 KiB
 
 

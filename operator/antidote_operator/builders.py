@@ -18,17 +18,16 @@ import kopf
 import yaml
 
 from antidote_api.semantics import EffectiveSettings
-from antidote_consumer.metrics import HEALTH_PATH
+from antidote_api.names import children
+from antidote_api.wire import CONFIG_DIR, HEALTH_PATH, SETTINGS_KEY
 
 # Labels on every child; LABEL_CONSUMER is also how the operator finds Deployments and Pods.
 LABEL_CONSUMER = "antidote.dev/consumer"
 MANAGED_BY = "antidote-operator"
 SETTINGS_HASH = "antidote.dev/settings-hash"
 
-SETTINGS_KEY = "settings.yaml"
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
 EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"
-CONFIG_DIR = "/etc/antidote"
 SECRETS_DIR = "/etc/antidote/secrets"
 # The per-consumer secret of Spark's RPC authentication, mounted in the driver and executors.
 SPARK_AUTH_DIR = "/etc/antidote/spark-auth"
@@ -61,26 +60,6 @@ class RenderOptions:
     # The consumer image's non-root user (docker/consumer.Dockerfile), set explicitly so the
     # kubelet can verify runAsNonRoot for images whose USER is a name.
     run_as_user: int = 10001
-
-
-@dataclass(frozen=True)
-class Names:
-    configmap: str
-    service_account: str
-    executor_service_account: str
-    role_binding: str
-    spark_auth_secret: str
-    service: str
-    deployment: str
-
-
-def names(consumer: str) -> Names:
-    # The consumer name is a DNS-1035 label of at most 40 characters (API rule), so the
-    # suffixes fit in 63 and the Service name is a valid driver host.
-    driver = f"{consumer}-driver"
-    return Names(configmap=f"{consumer}-settings", service_account=driver,
-                 executor_service_account=f"{consumer}-executor", role_binding=driver,
-                 spark_auth_secret=f"{consumer}-spark-auth", service=consumer, deployment=consumer)
 
 
 def labels(consumer: str) -> dict[str, str]:
@@ -160,7 +139,7 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
     """
     name, ns = settings.consumer, settings.namespace
     spark = settings.spark
-    n = names(name)
+    n = children(name)
     conf = {
         "spark.submit.deployMode": "client",
         "spark.kubernetes.namespace": ns,
@@ -239,7 +218,7 @@ def executor_pod_template(settings: EffectiveSettings, opts: RenderOptions) -> d
         # Labels come from spark.kubernetes.executor.label.* (Spark adds its own too).
         "metadata": {},
         "spec": {
-            "serviceAccountName": names(name).executor_service_account,
+            "serviceAccountName": children(name).executor_service_account,
             "automountServiceAccountToken": False,
             "securityContext": pod_security_context(opts),
             "containers": [{"name": EXECUTOR_CONTAINER,
@@ -266,20 +245,20 @@ def settings_hash(data: Mapping[str, str]) -> str:
 
 def build_configmap(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(names(settings.consumer).configmap, settings.consumer),
+            "metadata": _meta(children(settings.consumer).configmap, settings.consumer),
             "data": config_data(settings, opts)}
 
 
 def build_service_account(consumer: str) -> dict[str, Any]:
     """The driver's: its pod mounts a token, which the RoleBinding lets manage executors."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(names(consumer).service_account, consumer)}
+            "metadata": _meta(children(consumer).service_account, consumer)}
 
 
 def build_executor_service_account(consumer: str) -> dict[str, Any]:
     """The executors': bound to nothing, and no token is mounted from it."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(names(consumer).executor_service_account, consumer),
+            "metadata": _meta(children(consumer).executor_service_account, consumer),
             "automountServiceAccountToken": False}
 
 
@@ -302,7 +281,7 @@ DRIVER_RULES: list[dict[str, Any]] = [
 
 def build_role_binding(consumer: str, opts: RenderOptions) -> dict[str, Any]:
     """The chart's driver ClusterRole, bound in the consumer's namespace only."""
-    n = names(consumer)
+    n = children(consumer)
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": _meta(n.role_binding, consumer),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -314,7 +293,7 @@ def build_spark_auth_secret(consumer: str, secret: bytes) -> dict[str, Any]:
     """The consumer's secret for Spark's RPC authentication. Not pure data like the others
     (`secret` is random): the operator creates it once and never reads it back."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": _meta(names(consumer).spark_auth_secret, consumer),
+            "metadata": _meta(children(consumer).spark_auth_secret, consumer),
             "data": {SPARK_AUTH_KEY: base64.b64encode(secret).decode()}}
 
 
@@ -326,7 +305,7 @@ def _ports(opts: RenderOptions) -> list[tuple[str, int]]:
 def build_service(consumer: str, opts: RenderOptions) -> dict[str, Any]:
     """Headless: its DNS name resolves to the driver pod (driver host, metrics target)."""
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": _meta(names(consumer).service, consumer),
+            "metadata": _meta(children(consumer).service, consumer),
             # The driver pod only: executors carry the consumer label too (Spark's
             # executor.label conf), and the driver host must not resolve to them.
             "spec": {"clusterIP": "None",
@@ -347,7 +326,7 @@ def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
     """Volumes and mounts of the settings ConfigMap (only settings.yaml when `only_settings`)
     and of each secretRef, at the paths the consumer and the reader read them from."""
     secrets = secret_names(settings)
-    configmap: dict[str, Any] = {"name": names(settings.consumer).configmap}
+    configmap: dict[str, Any] = {"name": children(settings.consumer).configmap}
     if only_settings:
         configmap["items"] = [{"key": SETTINGS_KEY, "path": SETTINGS_KEY}]
     volumes = [{"name": "settings", "configMap": configmap}] + [
@@ -361,7 +340,7 @@ def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
 def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: RenderOptions,
                      config_hash: str) -> dict[str, Any]:
     name = settings.consumer
-    n = names(name)
+    n = children(name)
     driver = settings.spark.driver
     memory = quantity_mib(container_memory_mib(driver.memory))
     volumes, mounts = settings_volumes(settings)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from antidote_api.conditions import parse_time
+from antidote_api.times import parse_time
 from antidote_api.semantics import EffectiveSettings
 
 from . import kube

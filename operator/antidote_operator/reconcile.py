@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from antidote_api.conditions import parse_time
+from antidote_api.names import children
+from antidote_api.times import parse_time
 from antidote_api.types import API_VERSION
 
 from . import builders, kube, reader_control
@@ -221,7 +222,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     policy = await ctx.policy(ns, (spec.get("policyRef") or {}).get("name", ""))
     if st.deployment is None:
         # Not seen on the watch yet (a restart): read it, or Ready would flap to Starting.
-        dep = await ctx.kube.get(kube.DEPLOYMENT, ns, builders.names(name).deployment)
+        dep = await ctx.kube.get(kube.DEPLOYMENT, ns, children(name).deployment)
         if dep is not None:
             st.deployment = deployment_view(dep)
     d = decide(Inputs(
@@ -252,7 +253,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
             st.deployment is None or st.deployment.replicas != d.replicas):
         # Only the replicas differ (pause, disable, resume), or the configuration is broken
         # but scaling needs none of it: one small patch, the fast path of a disable.
-        dep = await ctx.kube.patch(kube.DEPLOYMENT, ns, builders.names(name).deployment,
+        dep = await ctx.kube.patch(kube.DEPLOYMENT, ns, children(name).deployment,
                                    {"spec": {"replicas": d.replicas}}, urgent=d.replicas == 0)
         if dep is not None:
             _observe_scale(ctx, st, d.replicas)
@@ -343,7 +344,7 @@ async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> 
     local stack runs no kube-controller-manager, so the operator does it itself (on a real
     cluster this only comes first). Objects of the same name owned by others are left.
     """
-    n = builders.names(name)
+    n = children(name)
     deleted = []
     for kind_name, attr in DELETE_ORDER:
         kind = kube.BY_KIND[kind_name]

@@ -17,26 +17,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from antidote_api.base import explain
-from antidote_api.conditions import Condition, ConditionType, condition, find_condition, set_condition
+from antidote_api.conditions import (Condition, ConditionType, ConfigReason, condition, find_condition,
+                                     set_condition)
 from antidote_api.consumer import Counts, LastPoison, QueueConsumerSpec, QueueConsumerStatus
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
+from antidote_api.wire import (CONSUMER_PREFIX, DISABLE_REASONS, EXIT_REASONS, OUTCOMES,
+                               POISON_CONDITION_REASONS, PROBE_ANNOTATION, RESUME_ANNOTATION, ExitCode)
 
-RESUME_ANNOTATION = "antidote.dev/resume"
-PROBE_ANNOTATION = "antidote.dev/probe"
 
-# `antidote consumer` exit codes that mean "I disabled my queue", and why.
-EXIT_REASONS = {3: "ConsecutiveBatchFailures", 4: "SystemicFailure", 5: "Fault"}
-# Exit 2: the driver refused its settings before any Spark work (a handler that cannot be
-# imported, an unreadable Secret); its one line is the container's termination message.
-EXIT_BAD_SETTINGS = 2
-SETTINGS_REJECTED = "SettingsRejected"
-CONSUMER_PREFIX = "antidote consumer: "  # how `antidote consumer` starts its refusals
-DISABLE_REASONS = frozenset(EXIT_REASONS.values())
-CONFIG_REASONS = ("InvalidSpec", "PolicyNotFound", "PolicyInvalid")
-OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
-POISON_REASONS = {"max-attempts": "MaxAttempts", "non-retryable": "NonRetryable",
-                  "validation": "Validation", "batch-isolation": "BatchIsolation"}
+# Exit 2 (ExitCode.BAD_SETTINGS): the driver refused its settings before any Spark work (a
+# handler that cannot be imported, an unreadable Secret); its one line is the container's
+# termination message.
+EXIT_BAD_SETTINGS = ExitCode.BAD_SETTINGS
+SETTINGS_REJECTED = ConfigReason.SETTINGS_REJECTED.value
 
 READY, PAUSED = ConditionType.READY.value, ConditionType.PAUSED.value
 DISABLED, POISON = ConditionType.QUEUE_DISABLED.value, ConditionType.POISON_DETECTED.value
@@ -434,7 +428,7 @@ def decide(i: Inputs) -> Decision:  # noqa: C901 - one readable pass over the co
             put(POISON, False, "Drained", _poison_summary(counts, last)
                 + "; the poison and dead-letter topics are empty now.")
         else:
-            reason = POISON_REASONS.get(last.reason, "PoisonMessages") if last else "PoisonMessages"
+            reason = POISON_CONDITION_REASONS.get(last.reason, "PoisonMessages") if last else "PoisonMessages"
             put(POISON, True, reason, _poison_summary(counts, last) + ".")
     if poisoned > baseline:
         interval = timedelta(seconds=i.poison_event_interval)

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from .status import DISABLE_REASONS, LastPoisonSample, Sample
+from antidote_api.wire import DISABLE_REASONS, METRIC_PREFIX, Metric
+
+from .status import LastPoisonSample, Sample
 
 if TYPE_CHECKING:
     from .reconcile import Context
@@ -31,10 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("antidote.operator.watcher")
 
-METRIC_NAMES = ("antidote_messages_total", "antidote_consecutive_batch_failures",
-                "antidote_queue_disabled", "antidote_last_poison_timestamp_seconds",
-                "antidote_poison_messages_total", "antidote_topic_depth",
-                "antidote_last_poison_partition", "antidote_last_poison_offset")
+METRIC_NAMES = tuple(m.value for m in Metric)
 
 
 class SampleBuilder:
@@ -51,22 +50,22 @@ class SampleBuilder:
         self.disabled_at: datetime | None = None
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
-        if name == "antidote_messages_total" and "outcome" in labels:
+        if name == Metric.MESSAGES and "outcome" in labels:
             self.counts[labels["outcome"]] = self.counts.get(labels["outcome"], 0) + int(value)
-        elif name == "antidote_consecutive_batch_failures":
+        elif name == Metric.CONSECUTIVE_BATCH_FAILURES:
             self.consecutive = int(value)
-        elif name == "antidote_queue_disabled":
+        elif name == Metric.QUEUE_DISABLED:
             if value >= 1 and labels.get("reason") in DISABLE_REASONS:
                 self.disabled = labels["reason"]
-        elif name == "antidote_last_poison_timestamp_seconds":
+        elif name == Metric.LAST_POISON_TIMESTAMP:
             if value > 0 and (self.last is None or value > self.last[0]):
                 self.last = (value, labels)
-        elif name in ("antidote_last_poison_partition", "antidote_last_poison_offset"):
+        elif name in (Metric.LAST_POISON_PARTITION, Metric.LAST_POISON_OFFSET):
             self.last_at[name.rsplit("_", 1)[1]] = int(value)
-        elif name == "antidote_poison_messages_total":
+        elif name == Metric.POISON_MESSAGES:
             if value > 0 and "reason" in labels and "disposition" in labels:
                 self.dispositions[labels["reason"]] = labels["disposition"]
-        elif name == "antidote_topic_depth" and "kind" in labels:
+        elif name == Metric.TOPIC_DEPTH and "kind" in labels:
             self.depths[labels["kind"]] = self.depths.get(labels["kind"], 0) + int(value)
 
     def build(self, at: datetime) -> Sample:
@@ -130,8 +129,8 @@ def parse_metrics(text: str, namespace: str, name: str, at: datetime) -> Sample:
 
 
 def promql_selector(namespaces: Iterable[str] = ()) -> str:
-    names = "|".join(n.removeprefix("antidote_") for n in METRIC_NAMES)
-    sel = f'__name__=~"antidote_({names})"'
+    names = "|".join(n.removeprefix(METRIC_PREFIX) for n in METRIC_NAMES)
+    sel = f'__name__=~"{METRIC_PREFIX}({names})"'
     ns = sorted(namespaces)
     if ns:
         sel += f',namespace=~"{"|".join(ns)}"'
@@ -143,7 +142,7 @@ def promql_disabled(namespaces: Iterable[str] = ()) -> str:
     the evaluation time; `timestamp()` gives the sample's own)."""
     ns = sorted(namespaces)
     sel = f'{{namespace=~"{"|".join(ns)}"}}' if ns else ""
-    return f"timestamp(antidote_queue_disabled{sel} == 1)"
+    return f"timestamp({Metric.QUEUE_DISABLED.value}{sel} == 1)"
 
 
 def parse_promql(result: Iterable[Mapping[str, Any]], disabled_times: Iterable[Mapping[str, Any]],

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antidote_consumer.runtime import ExitCode
+from antidote_api.wire import ExitCode
 
 from .. import api_cases
 from . import consumer_util as cu

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 
 from antidote_consumer.ledger import load_state
-from antidote_consumer.runtime import ExitCode
-from antidote_consumer.topics import ledger_topic
+from antidote_api.wire import ExitCode
+from antidote_api.names import ledger_topic
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all

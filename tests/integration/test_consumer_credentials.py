@@ -18,7 +18,7 @@ from antidote_api.semantics import EffectiveSettings, resolve
 from antidote_consumer.kafka_auth import KafkaAuthError
 from antidote_consumer.reader import run_reader
 from antidote_consumer.reader_rules import ReaderOptions
-from antidote_consumer.runtime import ExitCode
+from antidote_api.wire import ExitCode
 from antidote_devstack.kafka import SASL_PASSWORD, SASL_USER
 
 from . import consumer_util as cu

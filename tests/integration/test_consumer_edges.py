@@ -10,7 +10,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from antidote_consumer.ledger import load_state
 from antidote_consumer.runtime import ExitCode, Runtime, running_tasks
-from antidote_consumer.topics import ledger_topic
+from antidote_api.names import ledger_topic
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from antidote_consumer.runtime import ExitCode
+from antidote_api.wire import ExitCode
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all
@@ -105,7 +105,7 @@ def test_a_batch_that_always_fails_disables_the_queue(spark, kafka_bootstrap, to
 def test_a_driver_that_dies_in_every_batch_disables_the_queue_on_restart(
         spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
     from antidote_consumer.ledger import Ledger
-    from antidote_consumer.topics import ledger_topic
+    from antidote_api.names import ledger_topic
 
     source, sink = topic_factory(), topic_factory()
     produce(kafka_bootstrap, source, [(None, b"m%d" % i, None) for i in range(5)])
@@ -201,7 +201,8 @@ def test_consumers_whose_names_join_alike_do_not_fence_each_other(kafka_bootstra
     to start fenced the first, for good."""
     import copy
 
-    from antidote_consumer.ledger import Ledger, load_state, transactional_id
+    from antidote_api.names import transactional_id
+    from antidote_consumer.ledger import Ledger, load_state
 
     ledgers = {}
     for namespace, name in (("team-a", "orders"), ("team", "a-orders")):
@@ -220,7 +221,8 @@ def test_consumers_whose_names_join_alike_do_not_fence_each_other(kafka_bootstra
 
 def test_a_consumer_fenced_by_a_newer_instance_exits_6_and_loses_nothing(
         spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
-    from antidote_consumer.ledger import Ledger, load_state, transactional_id
+    from antidote_api.names import transactional_id
+    from antidote_consumer.ledger import Ledger, load_state
 
     source, sink = topic_factory(), topic_factory("-out")
     produce(kafka_bootstrap, source, [(None, b"m%d" % i if i != 3 else b"poison", None) for i in range(6)])

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import Producer
 
 from antidote_consumer import headers as h
-from antidote_consumer.runtime import ExitCode
+from antidote_api.wire import ExitCode
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all

@@ -127,27 +127,6 @@ def test_cron_matches() -> None:
     assert not c.matches(datetime(2026, 11, 24, 9, 0, tzinfo=timezone.utc))
 
 
-# --- drain requests -------------------------------------------------------------------------------
-
-def test_drain_request_round_trips_through_the_annotation() -> None:
-    req = rj.DrainRequest(id="r1", action="Archive", reasons=("validation",), since="2026-11-22T00:00:00+00:00",
-                          dry_run=True, source="dlq")
-    assert rj.parse_drain(req.annotation()) == req
-    assert rj.DrainRequest(id="plain").annotation() == "plain"
-    assert rj.parse_drain("  plain ") == rj.DrainRequest(id="plain")
-
-
-@pytest.mark.parametrize("value,message", [
-    ("", "empty"), ("{bad", "not valid JSON"), ('{"id": "x", "action": "Move"}', "action must be one of"),
-    ('{"action": "Drop"}', "id must be"), ('{"id": "x", "rate": 0}', "rate must be"),
-    ('{"id": "x", "colour": 1}', "unknown field(s) colour"), ('{"id": "x", "since": "yesterday"}', "since must be"),
-    ('{"id": "x", "reasons": ["oops"]}', "reasons must be"), ('{"id": "x", "from": "retry"}', "from must be"),
-])
-def test_bad_drain_requests_name_the_field(value: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        rj.parse_drain(value)
-
-
 # --- deciding -----------------------------------------------------------------------------------
 
 def view(name: str, phase: str = "Succeeded", trigger: str = "drain", created: datetime = T0,

@@ -1,0 +1,99 @@
+"""The contracts between Antidote's programs (the consumer, the reader, the operator and the
+CLI) that are not CRD fields: exit codes, poison reasons, the reader's actions and sources,
+metric names, the health path and the settings ConfigMap. One definition each; every program
+imports it from here (the operator never imports the consumer for a contract).
+
+Header names are in `antidote_api.headers`, object and Kafka client names in
+`antidote_api.names`, the drain request in `antidote_api.drain`, condition reasons beside
+`ConditionType` in `antidote_api.conditions`.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+from .conditions import DisableReason, PoisonConditionReason
+
+
+class ExitCode(IntEnum):
+    """`antidote consumer`'s (and the reader's) exit codes; the operator reads them from
+    the driver's termination."""
+
+    OK = 0
+    BAD_SETTINGS = 2  # refused its settings before any Spark work; its line says why
+    CONSECUTIVE_BATCH_FAILURES = 3
+    SYSTEMIC_FAILURE = 4
+    FAULT = 5  # also the reader's "stopped at a poison record"
+    FENCED = 6  # a newer instance of this consumer took over its ledger
+
+
+# The exit codes that mean "I disabled my queue", by reason, and back.
+DISABLE_EXIT = {DisableReason.CONSECUTIVE_BATCH_FAILURES: ExitCode.CONSECUTIVE_BATCH_FAILURES,
+                DisableReason.SYSTEMIC_FAILURE: ExitCode.SYSTEMIC_FAILURE,
+                DisableReason.FAULT: ExitCode.FAULT}
+EXIT_REASONS = {int(code): reason.value for reason, code in DISABLE_EXIT.items()}
+DISABLE_REASONS = frozenset(r.value for r in DisableReason)
+
+# How `antidote consumer` starts its one-line refusals (the termination message on exit 2).
+CONSUMER_PREFIX = "antidote consumer: "
+
+
+class PoisonReason(StrEnum):
+    """Why a message was quarantined: the `antidote.reason` header, status.lastPoison.reason,
+    the `reason` label of the poison metrics (`types.PoisonReason` is its CRD type)."""
+
+    MAX_ATTEMPTS = "max-attempts"
+    NON_RETRYABLE = "non-retryable"
+    VALIDATION = "validation"
+    BATCH_ISOLATION = "batch-isolation"
+
+
+POISON_REASONS = tuple(r.value for r in PoisonReason)
+# PoisonDetected's reason for the last poison message's reason.
+POISON_CONDITION_REASONS = {
+    PoisonReason.MAX_ATTEMPTS.value: PoisonConditionReason.MAX_ATTEMPTS.value,
+    PoisonReason.NON_RETRYABLE.value: PoisonConditionReason.NON_RETRYABLE.value,
+    PoisonReason.VALIDATION.value: PoisonConditionReason.VALIDATION.value,
+    PoisonReason.BATCH_ISOLATION.value: PoisonConditionReason.BATCH_ISOLATION.value,
+}
+
+# The outcomes of a pass (`antidote_messages{outcome}`, status.counts).
+OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
+
+# The poison-queue reader: what it does with each message, and what it reads.
+READER_ACTIONS = ("Redrive", "Archive", "Drop", "Hold")
+READER_SOURCES = ("poison", "dlq")
+
+
+class Metric(StrEnum):
+    """The consumer's Prometheus metrics that the operator reads (names as exposed: counters
+    carry `_total`). The consumer registers them without the suffix (prometheus_client adds it)."""
+
+    MESSAGES = "antidote_messages_total"
+    CONSECUTIVE_BATCH_FAILURES = "antidote_consecutive_batch_failures"
+    QUEUE_DISABLED = "antidote_queue_disabled"
+    LAST_POISON_TIMESTAMP = "antidote_last_poison_timestamp_seconds"
+    POISON_MESSAGES = "antidote_poison_messages_total"
+    TOPIC_DEPTH = "antidote_topic_depth"
+    LAST_POISON_PARTITION = "antidote_last_poison_partition"
+    LAST_POISON_OFFSET = "antidote_last_poison_offset"
+
+    @property
+    def registered(self) -> str:
+        """The name given to prometheus_client (a Counter's without `_total`)."""
+        return self.value.removesuffix("_total")
+
+
+METRIC_PREFIX = "antidote_"
+# The driver's liveness endpoint (served beside /metrics; the Deployment's livenessProbe).
+HEALTH_PATH = "/healthz"
+
+# The consumer's effective settings: ConfigMap `<consumer>-settings` (names.settings_configmap),
+# this key, mounted at CONFIG_DIR in the driver and reader pods.
+SETTINGS_KEY = "settings.yaml"
+CONFIG_DIR = "/etc/antidote"
+
+# Annotations on a QueueConsumer that people (and the on-call commands) write.
+RESUME_ANNOTATION = "antidote.dev/resume"  # re-enable a disabled queue
+DRAIN_ANNOTATION = "antidote.dev/drain"  # start a reader Job (antidote_api.drain)
+PROBE_ANNOTATION = "antidote.dev/probe"  # the operator's own: an auto-resume probe runs
