@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from antidote_api.times import parse_iso
+
 from . import kube
 
 log = logging.getLogger("antidote.operator.peering")
@@ -84,7 +86,7 @@ def may_act(status: Mapping[str, Any], identity: str, priority: int, now: dateti
         if peer_id == identity or not isinstance(info, Mapping):
             continue
         try:
-            seen = datetime.fromisoformat(str(info["lastseen"]).replace("Z", "+00:00"))
+            seen = parse_iso(str(info["lastseen"]))
             alive = seen + timedelta(seconds=int(info.get("lifetime", 60))) > now
         except (KeyError, ValueError):
             continue
