@@ -57,7 +57,7 @@ import yaml  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from antidote_consumer.kafka_retry import retrying  # noqa: E402
+from antidote_consumer.kafka.retry import retrying  # noqa: E402
 from antidote_devstack import stack as devstack  # noqa: E402
 from antidote_devstack.paths import cache_dir  # noqa: E402
 from tests.integration.kafka_io import read_all  # noqa: E402 - the tests' exact reader

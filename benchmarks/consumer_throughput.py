@@ -80,7 +80,7 @@ def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int) -
 def plain_map(batches):
     import pyarrow as pa
 
-    from antidote_consumer.message import Message
+    from antidote_consumer.worker.message import Message
     from benchmarks.handlers import enrich
 
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
@@ -131,8 +131,8 @@ def settings(bootstrap: str, source: str, sink: str, batch: int, workdir: Path, 
 
 
 def run_antidote(spark, s) -> tuple[float, object]:
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer
 
     metrics = Metrics(s.namespace, s.consumer)
     consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
@@ -153,8 +153,8 @@ def isolation_runs(spark, bootstrap: str, admin, workdir: Path, n: int = 10_000)
     assert p.flush(60) == 0
     s = settings(bootstrap, source, sink, n, workdir,
                  {"queueDisable": {"consecutiveBatchFailures": 1}}, handler="crash")
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer
 
     metrics = Metrics(s.namespace, s.consumer)
     consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
@@ -179,7 +179,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="antidote-bench-"))
     spark = None
     try:
-        from antidote_consumer.runner import spark_session
+        from antidote_consumer.spark import spark_session
 
         bootstrap = st.kafka_bootstrap
         os.environ["ANTIDOTE_SPARK_JARS"] = ",".join(st.spark_jars)

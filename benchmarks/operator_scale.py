@@ -44,7 +44,7 @@ from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
 
-from antidote_consumer.metrics import Metrics  # noqa: E402
+from antidote_consumer.driver.metrics import Metrics  # noqa: E402
 from antidote_devstack import stack as devstack  # noqa: E402
 from antidote_devstack.paths import cache_dir  # noqa: E402
 

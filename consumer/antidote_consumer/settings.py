@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
+import yaml
 
 from antidote_api.base import explain
 from antidote_api.consumer import QueueConsumer

@@ -97,3 +97,7 @@ CONFIG_DIR = "/etc/antidote"
 RESUME_ANNOTATION = "antidote.dev/resume"  # re-enable a disabled queue
 DRAIN_ANNOTATION = "antidote.dev/drain"  # start a reader Job (antidote_api.drain)
 PROBE_ANNOTATION = "antidote.dev/probe"  # the operator's own: an auto-resume probe runs
+
+# Extra jars for a consumer's Spark (comma-separated): the dev stack's connector jars in a
+# checkout; unset in the consumer image, whose jars are in Spark's own jars/.
+SPARK_JARS_ENV = "ANTIDOTE_SPARK_JARS"

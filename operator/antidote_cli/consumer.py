@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
 
-    from antidote_consumer.handler import check_handler
+    from antidote_consumer.worker.handler import check_handler
 
     # Before any Spark work: a handler that cannot be imported would fail every batch (five
     # rollbacks, then a disabled queue) instead of saying so once.
@@ -61,10 +61,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"antidote consumer: spec.{problem}", file=sys.stderr)
         return 2
 
-    from antidote_consumer.kafka_auth import KafkaAuthError, verified_source_config
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer, install_signal_handlers, spark_session
-    from antidote_consumer.topics import KafkaUnreachable, TopicMisfit, reachable
+    from antidote_consumer.kafka.auth import KafkaAuthError, verified_source_config
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer, install_signal_handlers
+    from antidote_consumer.spark import spark_session
+    from antidote_consumer.kafka.topics import KafkaUnreachable, TopicMisfit, reachable
 
     try:  # before Spark starts: an unreachable broker is one line, not Spark's start-up and a trace
         # Credentials first (a secretRef: one connection), so refused ones are named as such;

@@ -442,8 +442,8 @@ def cmd_redrive(args: argparse.Namespace, local_run: Any = None) -> int:
                        f"`antidote drain {args.name} --action Redrive`")
     try:
         from antidote_cli import reader as reader_cli
-        from antidote_consumer.reader import run_reader
-        from antidote_consumer.reader_rules import ReaderError
+        from antidote_consumer.reader.run import run_reader
+        from antidote_consumer.reader.rules import ReaderError
     except ImportError:
         raise CliError("this antidote has no poison reader (antidote_consumer.reader); use "
                        f"`antidote drain {args.name} --action Redrive` to run it in the cluster") from None

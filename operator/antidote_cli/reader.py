@@ -29,7 +29,7 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    from antidote_consumer.reader import add_option_args
+    from antidote_consumer.reader.run import add_option_args
 
     r = commands.add_parser("reader", help="run the poison-queue reader once (a finite job)")
     add_settings_args(r)
@@ -56,7 +56,7 @@ def load(args: argparse.Namespace):
 
 
 def options(args: argparse.Namespace):
-    from antidote_consumer.reader import options_from
+    from antidote_consumer.reader.run import options_from
 
     return options_from(args, action=args.fixed_action)
 
@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from antidote_consumer.reader import run_reader
-    from antidote_consumer.reader_rules import ReaderError
+    from antidote_consumer.reader.run import run_reader
+    from antidote_consumer.reader.rules import ReaderError
     from antidote_consumer.settings import SettingsError
 
     name = args.prog_name
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    from antidote_consumer.kafka_auth import KafkaAuthError
+    from antidote_consumer.kafka.auth import KafkaAuthError
 
     try:
         report = run_reader(settings, options(args), stop=stop)

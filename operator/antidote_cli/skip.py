@@ -25,7 +25,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_skip(args: argparse.Namespace) -> int:
-    from antidote_consumer.skip import SkipError, skip_fault
+    from antidote_consumer.reader.skip import SkipError, skip_fault
 
     if args.settings is not None:
         from antidote_consumer.settings import SettingsError, load_settings

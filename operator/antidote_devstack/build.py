@@ -175,6 +175,18 @@ def jar_dir_path(name: str) -> Path:
     return cache_dir() / "jars" / f"{name}-{_digest(pom.read_bytes())}"
 
 
+def checkout_spark_jars() -> str:
+    """The connector jars this cache holds for a checkout's Spark (comma-separated), for
+    ANTIDOTE_SPARK_JARS of consumers the dev runner starts; "" without hack/ (an installed
+    package: its jars are in Spark's own jars/) or before `antidote dev build`. An installed
+    consumer never calls this: looking the pom up there made the image fail at start with
+    FileNotFoundError for site-packages' ../hack/spark/pom.xml."""
+    if not (HACK / JAR_SETS["spark"] / "pom.xml").exists():
+        return ""
+    found = jar_dir_path("spark")
+    return ",".join(str(p) for p in sorted(found.glob("*.jar"))) if found.exists() else ""
+
+
 def build_jars(name: str) -> Path:
     """Resolve a pom's runtime jars from Maven Central into one cached folder."""
     target = jar_dir_path(name)

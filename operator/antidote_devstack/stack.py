@@ -9,6 +9,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from antidote_api.wire import SPARK_JARS_ENV
+
 from . import build, controlplane, kafka, node as nodes, prometheus as prom
 from .certs import ensure_pki
 from .errors import StackError
@@ -58,7 +60,7 @@ class Stack:
             "KUBECONFIG": self.kubeconfig,
             "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap,
             "KAFKA_SASL_BOOTSTRAP_SERVERS": self.kafka_sasl_bootstrap,
-            "ANTIDOTE_SPARK_JARS": ",".join(self.spark_jars),
+            SPARK_JARS_ENV: ",".join(self.spark_jars),
             "ANTIDOTE_STACK_DIR": self.dir,
             "PATH": path,
         }

@@ -55,6 +55,8 @@ from urllib.parse import urlparse
 
 import aiohttp
 
+from antidote_api.wire import SPARK_JARS_ENV as JARS_ENV
+from antidote_devstack.build import checkout_spark_jars
 from antidote_devstack.procs import free_port
 
 from . import builders, kube
@@ -73,7 +75,7 @@ DEV_RUNNER_LOG = "antidote.dev/dev-runner-log"
 FINAL_EXITS = frozenset({0, 3, 4, 5})
 BACKOFF = (10, 20, 40, 80, 160, 300)
 SECRET = kube.Kind("/api/v1", "secrets")
-SECRETS_DIR_ENV = "ANTIDOTE_SECRETS_DIR"  # antidote_consumer.kafka_auth reads Secrets there
+SECRETS_DIR_ENV = "ANTIDOTE_SECRETS_DIR"  # antidote_consumer.kafka.auth reads Secrets there
 
 
 class DevRunnerRefused(RuntimeError):
@@ -136,6 +138,15 @@ def _local_argv(container: Mapping[str, Any], replace: dict[str, str],
         if flag not in command:
             out += [flag, replace[flag]]
     return out
+
+
+def jars_env() -> dict[str, str]:
+    """What the image has in Spark's jars/ and a checkout does not: the connector jars, from
+    the dev stack's cache, unless the environment names them already (`antidote dev env`)."""
+    if os.environ.get(JARS_ENV):
+        return {}
+    jars = checkout_spark_jars()
+    return {JARS_ENV: jars} if jars else {}
 
 
 def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port: int,
@@ -254,7 +265,7 @@ class _Runner:
         argv, extra_env = translate(container, settings_path=str(settings), metrics_port=port,
                                     master=self.owner.master)
         secrets = await materialize_secrets(k, self.ns, spec, container, self.dir)
-        env = {**os.environ, **extra_env, "POD_NAME": f"{self.name}-dev-runner",
+        env = {**os.environ, **jars_env(), **extra_env, "POD_NAME": f"{self.name}-dev-runner",
                "ANTIDOTE_DEV_RUNNER": "1", SECRETS_DIR_ENV: secrets}
         logfile = self.dir / "consumer.log"
         with logfile.open("ab") as out:
@@ -483,7 +494,8 @@ class _JobRunner:
         report.unlink(missing_ok=True)
         argv, extra_env = translate_job(container, settings_path=str(settings), report_path=str(report))
         self.secrets = await materialize_secrets(k, self.ns, spec, container, self.dir)
-        env = {**os.environ, **extra_env, "ANTIDOTE_DEV_RUNNER": "1", SECRETS_DIR_ENV: self.secrets}
+        env = {**os.environ, **jars_env(), **extra_env, "ANTIDOTE_DEV_RUNNER": "1",
+               SECRETS_DIR_ENV: self.secrets}
         logfile = self.dir / "reader.log"
         with logfile.open("ab") as out:
             out.write(f"--- {_now()} dev runner: {' '.join(argv)}\n".encode())

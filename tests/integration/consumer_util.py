@@ -18,8 +18,8 @@ def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float =
     hanging until pytest's timeout. `recovered(consumer)` runs once its ledger is loaded."""
     import threading
 
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer
 
     metrics = Metrics(s.namespace, s.consumer)
     consumer = Consumer(s, spark, metrics, trigger_interval=0.2)

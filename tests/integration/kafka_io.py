@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from antidote_consumer.kafka_retry import retrying
+from antidote_consumer.kafka.retry import retrying
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from antidote_consumer.ledger import load_state
+from antidote_consumer.driver.ledger import load_state
 from antidote_api.wire import ExitCode
 from antidote_api.names import ledger_topic
 

@@ -15,9 +15,9 @@ import pytest
 from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
-from antidote_consumer.kafka_auth import KafkaAuthError
-from antidote_consumer.reader import run_reader
-from antidote_consumer.reader_rules import ReaderOptions
+from antidote_consumer.kafka.auth import KafkaAuthError
+from antidote_consumer.reader.run import run_reader
+from antidote_consumer.reader.rules import ReaderOptions
 from antidote_api.wire import ExitCode
 from antidote_devstack.kafka import SASL_PASSWORD, SASL_USER
 
@@ -102,8 +102,8 @@ def test_consumer_and_reader_on_a_sasl_listener(spark, sasl, kafka_bootstrap, to
 
 def test_wrong_password_fails_at_start_naming_the_secret(spark, sasl, topic_factory, tmp_path,
                                                          secrets, monkeypatch) -> None:
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer
 
     s = settings(sasl, topic_factory(), topic_factory("-out"), tmp_path, "kafka-wrong")
     with pytest.raises(KafkaAuthError) as err:

@@ -8,8 +8,9 @@ from collections import Counter
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from antidote_consumer.ledger import load_state
-from antidote_consumer.runtime import ExitCode, Runtime, running_tasks
+from antidote_consumer.driver.ledger import load_state
+from antidote_api.wire import ExitCode
+from antidote_consumer.driver.batches import Runtime, running_tasks
 from antidote_api.names import ledger_topic
 
 from . import consumer_util as cu
@@ -105,7 +106,7 @@ def _path_rows(spark, fmt: str, path) -> list:
 def test_a_path_sink_holds_each_output_once_across_retries_and_a_replayed_batch(
         fmt, spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
     from antidote_api.semantics import EffectiveSink
-    from antidote_consumer.ledger import Ledger
+    from antidote_consumer.driver.ledger import Ledger
 
     source = topic_factory(partitions=2)
     # Partition 0: offset 0 fails its first delivery only (retried once, then processed);
@@ -238,8 +239,8 @@ def test_a_crash_in_the_local_worker_on_a_retry_batch_is_isolated_by_spark(
 
 def test_after_a_failed_job_the_next_one_starts_only_when_its_tasks_have_ended(
         spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.worker import INPUT_SCHEMA
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.worker.executor import INPUT_SCHEMA
 
     # Spark returns a job's failure before it has killed the job's other tasks. A job started
     # then can be handed the Python worker being killed and die (CancelledKeyException)

@@ -104,7 +104,7 @@ def test_a_batch_that_always_fails_disables_the_queue(spark, kafka_bootstrap, to
 
 def test_a_driver_that_dies_in_every_batch_disables_the_queue_on_restart(
         spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
-    from antidote_consumer.ledger import Ledger
+    from antidote_consumer.driver.ledger import Ledger
     from antidote_api.names import ledger_topic
 
     source, sink = topic_factory(), topic_factory()
@@ -133,8 +133,8 @@ def test_skip_moves_the_fault_message_to_poison_and_a_restart_goes_past_it(
         spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
     import pytest
 
-    from antidote_consumer import headers as h
-    from antidote_consumer.skip import SkipError, skip_fault
+    from antidote_consumer.kafka import headers as h
+    from antidote_consumer.reader.skip import SkipError, skip_fault
 
     source, sink = topic_factory(), topic_factory("-out")
     produce(kafka_bootstrap, source, [(b"k%d" % i, b"m%d" % i if i != 5 else b"poison", [("trace", b"t%d" % i)])
@@ -168,7 +168,7 @@ def test_a_fenced_ledger_says_so_and_never_writes_again(kafka_bootstrap, topic_f
 
     import pytest
 
-    from antidote_consumer.ledger import Ledger, LedgerFenced, load_state
+    from antidote_consumer.driver.ledger import Ledger, LedgerFenced, load_state
 
     ledger_topic, poison = topic_factory("-ledger", config={"cleanup.policy": "compact"}), topic_factory("-poison")
     tid = f"antidote-test-{ledger_topic}"
@@ -202,7 +202,7 @@ def test_consumers_whose_names_join_alike_do_not_fence_each_other(kafka_bootstra
     import copy
 
     from antidote_api.names import transactional_id
-    from antidote_consumer.ledger import Ledger, load_state
+    from antidote_consumer.driver.ledger import Ledger, load_state
 
     ledgers = {}
     for namespace, name in (("team-a", "orders"), ("team", "a-orders")):
@@ -222,7 +222,7 @@ def test_consumers_whose_names_join_alike_do_not_fence_each_other(kafka_bootstra
 def test_a_consumer_fenced_by_a_newer_instance_exits_6_and_loses_nothing(
         spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
     from antidote_api.names import transactional_id
-    from antidote_consumer.ledger import Ledger, load_state
+    from antidote_consumer.driver.ledger import Ledger, load_state
 
     source, sink = topic_factory(), topic_factory("-out")
     produce(kafka_bootstrap, source, [(None, b"m%d" % i if i != 3 else b"poison", None) for i in range(6)])

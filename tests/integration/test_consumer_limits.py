@@ -20,8 +20,9 @@ from confluent_kafka.admin import NewTopic
 from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import resolve
-from antidote_consumer import headers as h
-from antidote_consumer.runtime import ExitCode, now_ms
+from antidote_consumer.kafka import headers as h
+from antidote_api.wire import ExitCode
+from antidote_consumer.driver.batches import now_ms
 from antidote_devstack.procs import free_port
 
 from . import consumer_util as cu
@@ -190,9 +191,9 @@ def test_a_retry_topic_that_cannot_hold_the_policy_is_refused_at_start(
 
 def test_derived_topics_are_created_to_outlive_the_longest_delay(
         spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path) -> None:
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer
-    from antidote_consumer.topics import PAUSE_MARGIN_MS, topic_config
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer
+    from antidote_consumer.kafka.topics import PAUSE_MARGIN_MS, topic_config
 
     source = topic_factory(config={"retention.ms": "3600000"})
     s = cu.settings(kafka_bootstrap, source, tmp_path, policy={

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from antidote_consumer import headers as h
+from antidote_consumer.kafka import headers as h
 from antidote_api.wire import ExitCode
 
 from . import consumer_util as cu
@@ -138,7 +138,7 @@ def test_two_consumers_of_one_source_share_its_retry_topics_and_read_only_their_
         spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
     import time
 
-    from antidote_consumer import headers as h
+    from antidote_consumer.kafka import headers as h
 
     source = topic_factory()
     produce(kafka_bootstrap, source, [(b"k%d" % i, b"poison-%d" % i if i % 5 == 0 else b"m%d" % i, None)

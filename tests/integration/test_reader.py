@@ -16,9 +16,9 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from antidote_consumer import headers as h
-from antidote_consumer.reader import group_id, parking_topic, run_reader
-from antidote_consumer.reader_rules import ReaderError, ReaderOptions
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.reader.run import group_id, parking_topic, run_reader
+from antidote_consumer.reader.rules import ReaderError, ReaderOptions
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all
@@ -210,7 +210,7 @@ def test_archive_slice_of_a_killed_run_is_replaced_not_duplicated(
         kafka_bootstrap, topic_factory, tmp_path, spark):
     """Files written, offsets not committed (the reader died in between): the next run
     removes the pending slice and archives its messages once."""
-    from antidote_consumer import reader as reader_mod
+    from antidote_consumer.reader import run as reader_mod
 
     path = tmp_path / "archive"
     s = make(kafka_bootstrap, topic_factory, tmp_path,

@@ -2,7 +2,7 @@
 
 from antidote_api.conditions import DisableReason
 from antidote_api.wire import DISABLE_EXIT, EXIT_REASONS, METRIC_PREFIX, ExitCode, Metric
-from antidote_consumer.metrics import Metrics
+from antidote_consumer.driver.metrics import Metrics
 
 
 def test_every_disable_reason_has_its_own_exit_code() -> None:

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from antidote_consumer import headers as h
-from antidote_consumer.attempts import Plan, Reason, Verdict, class_name, is_non_retryable, run_pass
-from antidote_consumer.handler import HandlerLoadError, check_handler, encode_output, load_handler
-from antidote_consumer.message import Message
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.worker.attempts import Plan, Reason, Verdict, class_name, is_non_retryable, run_pass
+from antidote_consumer.worker.handler import HandlerLoadError, check_handler, encode_output, load_handler
+from antidote_consumer.worker.message import Message
 
 MSG = Message(b"k", b'{"id": 1}', (("trace", b"t"),), "orders", 2, 41, 1_700_000_000_000)
 

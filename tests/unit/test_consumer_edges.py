@@ -10,10 +10,10 @@ import logging
 import pytest
 from prometheus_client import generate_latest
 
-from antidote_consumer import headers as h
-from antidote_consumer.metrics import Metrics
-from antidote_consumer.runner import OutageLog
-from antidote_consumer.topics import DAY_MS, misfits
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.driver.metrics import Metrics
+from antidote_consumer.driver.consumer import OutageLog
+from antidote_consumer.kafka.topics import DAY_MS, misfits
 
 from .test_consumer_worker import run
 

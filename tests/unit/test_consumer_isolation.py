@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from antidote_consumer.isolation import bisect
+from antidote_consumer.driver.isolation import bisect
 
 
 def runner(bad: set[int]):

@@ -1,16 +1,25 @@
-"""Where the consumer finds Spark's Kafka connector jars: the dev stack's cache from a
-checkout, nothing extra from an installed package (the image has them in Spark's jars/)."""
+"""Where the consumer finds Spark's Kafka connector jars: ANTIDOTE_SPARK_JARS only (the image
+has them in Spark's jars/); in a checkout the dev stack supplies it from its cache."""
 
 from __future__ import annotations
 
-from antidote_consumer import runner
-from antidote_devstack import paths
+from antidote_consumer import spark
+from antidote_devstack import build, paths
+from antidote_operator import devrunner
+
+
+def test_the_consumer_reads_its_jars_from_the_environment_only(monkeypatch) -> None:
+    monkeypatch.delenv("ANTIDOTE_SPARK_JARS", raising=False)
+    assert spark.connector_jars() == ""
+    monkeypatch.setenv("ANTIDOTE_SPARK_JARS", "/a.jar,/b.jar")
+    assert spark.connector_jars() == "/a.jar,/b.jar"
 
 
 def test_an_installed_package_without_hack_asks_for_no_jars(monkeypatch, tmp_path) -> None:
     # The consumer image: site-packages/../hack does not exist.
     monkeypatch.setattr(paths, "HACK", tmp_path / "hack")
-    assert runner._dev_stack_jars() == ""
+    monkeypatch.setattr(build, "HACK", tmp_path / "hack")
+    assert build.checkout_spark_jars() == ""
 
 
 def test_a_checkout_uses_the_dev_stacks_cached_jars(monkeypatch, tmp_path) -> None:
@@ -18,11 +27,15 @@ def test_a_checkout_uses_the_dev_stacks_cached_jars(monkeypatch, tmp_path) -> No
     (tmp_path / "hack/spark/pom.xml").write_text("<project/>")
     monkeypatch.setattr(paths, "HACK", tmp_path / "hack")
     monkeypatch.setenv("ANTIDOTE_CACHE", str(tmp_path / "cache"))
-    from antidote_devstack import build
-
     monkeypatch.setattr(build, "HACK", tmp_path / "hack")
     jars = build.jar_dir_path("spark")
     jars.mkdir(parents=True)
     (jars / "b.jar").write_text("")
     (jars / "a.jar").write_text("")
-    assert runner._dev_stack_jars() == f"{jars / 'a.jar'},{jars / 'b.jar'}"
+    expected = f"{jars / 'a.jar'},{jars / 'b.jar'}"
+    assert build.checkout_spark_jars() == expected
+    # The dev runner hands them to the consumers it starts, unless the environment names some.
+    monkeypatch.delenv("ANTIDOTE_SPARK_JARS", raising=False)
+    assert devrunner.jars_env() == {"ANTIDOTE_SPARK_JARS": expected}
+    monkeypatch.setenv("ANTIDOTE_SPARK_JARS", "/mine.jar")
+    assert devrunner.jars_env() == {}

@@ -12,8 +12,8 @@ import pytest
 from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import resolve
-from antidote_consumer import kafka_auth as ka
-from antidote_consumer.kafka_auth import KafkaAuthError
+from antidote_consumer.kafka import auth as ka
+from antidote_consumer.kafka.auth import KafkaAuthError
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"

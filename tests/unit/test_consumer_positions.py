@@ -6,10 +6,10 @@ import json
 
 import pyarrow as pa
 
-from antidote_consumer.ledger import BATCH, LedgerState
-from antidote_consumer.runner import starting_offsets
-from antidote_consumer.runtime import BatchResult
-from antidote_consumer.worker import INPUT_FIELDS, _note_ends, arrow_schema
+from antidote_consumer.driver.ledger import BATCH, LedgerState
+from antidote_consumer.driver.consumer import starting_offsets
+from antidote_consumer.driver.batches import BatchResult
+from antidote_consumer.worker.executor import INPUT_FIELDS, _note_ends, arrow_schema
 
 
 def test_a_consumer_the_ledger_knows_nothing_of_starts_as_its_policy_says() -> None:

@@ -68,7 +68,7 @@ def test_missing_and_non_mapping_files(tmp_path: Path) -> None:
 
 
 def test_arrow_batching_turns_off_the_per_row_size_check_and_bounds_rows_by_message_size() -> None:
-    from antidote_consumer.runner import arrow_batching
+    from antidote_consumer.spark import arrow_batching
 
     small = arrow_batching(1_048_588)  # Kafka's default max.message.bytes
     assert small["spark.sql.execution.arrow.maxBytesPerBatch"] == str(2**31 - 1)
@@ -78,14 +78,14 @@ def test_arrow_batching_turns_off_the_per_row_size_check_and_bounds_rows_by_mess
 
 
 def test_arrow_batching_leaves_what_the_user_set() -> None:
-    from antidote_consumer.runner import arrow_batching
+    from antidote_consumer.spark import arrow_batching
 
     conf = arrow_batching(1000, {"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
     assert conf == {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
 def test_committed_offsets_come_from_the_last_progress_of_the_query() -> None:
-    from antidote_consumer.runner import committed_offsets
+    from antidote_consumer.driver.consumer import committed_offsets
 
     progress = {"sources": [{"description": "KafkaV2[Subscribe[orders]]",
                              "endOffset": '{"orders":{"0":120,"1":98}}'}]}

@@ -17,10 +17,10 @@ import time
 import pyarrow as pa
 import pytest
 
-from antidote_consumer import headers as h
-from antidote_consumer.attempts import Plan, run_pass
-from antidote_consumer.message import Message
-from antidote_consumer.worker import INPUT_COLUMNS, INPUT_FIELDS, WorkerConfig, arrow_schema, process
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.worker.attempts import Plan, run_pass
+from antidote_consumer.worker.message import Message
+from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_FIELDS, WorkerConfig, arrow_schema, process
 
 calls: collections.Counter = collections.Counter()
 
@@ -155,7 +155,7 @@ def test_attempt_timeout_can_be_listed_as_non_retryable() -> None:
 
 def test_an_attempt_that_ends_the_task_leaves_no_attempt_for_the_watchdog() -> None:
     """The Python worker may run the next task: a stale start time would time it out."""
-    from antidote_consumer.deadline import watchdog
+    from antidote_consumer.worker.deadline import watchdog
 
     with pytest.raises(SystemExit):
         run([b"ok:1", b"exit:2"], attempt_timeout=0.2)
@@ -167,7 +167,7 @@ def test_a_handler_that_does_not_unwind_ends_its_process() -> None:
     process ends itself with KILLED_EXIT, naming the message, as Spark's worker would."""
     code = textwrap.dedent('''
         import time, pyarrow as pa
-        from antidote_consumer.worker import INPUT_FIELDS, WorkerConfig, arrow_schema, process
+        from antidote_consumer.worker.executor import INPUT_FIELDS, WorkerConfig, arrow_schema, process
 
         def stubborn(msg):
             while True:

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from antidote_consumer.examples import expenses as ex
-from antidote_consumer.message import Message
+from antidote_consumer.worker.message import Message
 
 
 def msg(value: bytes) -> Message:

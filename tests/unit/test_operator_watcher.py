@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from prometheus_client import generate_latest
 
-from antidote_consumer.metrics import Metrics
+from antidote_consumer.driver.metrics import Metrics
 from antidote_operator.devrunner import translate
 from antidote_operator.kube import is_subset, owned_part
 from antidote_operator.reconcile import dev_runner_termination, pod_termination

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import pytest
 
 from antidote_api.policy import Reader
-from antidote_consumer import headers as h
-from antidote_consumer.reader import parse_options
-from antidote_consumer.reader_rules import (Filter, Progress, RateLimiter, ReaderError,
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.reader.run import parse_options
+from antidote_consumer.reader.rules import (Filter, Progress, RateLimiter, ReaderError,
                                             ReaderOptions, ReaderReport, original_partition, plan,
                                             redrive_count, redrive_headers)
 

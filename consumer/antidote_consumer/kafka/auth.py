@@ -341,7 +341,7 @@ def check(conf: Mapping[str, str], bootstrap: str, secret: str, timeout: float =
     not answer in `timeout` seconds."""
     from confluent_kafka import KafkaException
 
-    from .kafka_retry import Unanswered, connect_once
+    from .retry import Unanswered, connect_once
 
     def refused(errors: list) -> KafkaAuthError | None:
         named = [e for e in errors if e.name() in REFUSED]

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,75 +17,18 @@ from pyspark.sql import functions as F
 
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
+from antidote_consumer.kafka import auth as kafka_auth
+from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
+                                            reachable, source_lag)
+from antidote_consumer.spark import arrow_batching
+from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_SCHEMA
 
-from . import kafka_auth
+from .batches import ExitCode, QueueDisabled, Runtime
 from .ledger import LedgerFenced
 from .metrics import Metrics, stall_after
-from .retry_reader import RetryReader
-from .runtime import ExitCode, QueueDisabled, Runtime
-from .topics import (depth, end_offsets, ensure_topics, max_message_bytes,
-                     reachable, source_lag)
-from .worker import INPUT_COLUMNS, INPUT_SCHEMA
+from .retry_pump import RetryReader
 
 log = logging.getLogger("antidote.consumer")
-
-
-def spark_session(settings: EffectiveSettings, master: str | None = None) -> SparkSession:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = dict(settings.spark.conf or {})
-    builder = SparkSession.builder.appName(f"antidote-{settings.consumer or 'consumer'}")
-    # The master is never the user's (spec.spark.conf may not set spark.master): the
-    # operator's --master, else ANTIDOTE_SPARK_MASTER for local runs and tests.
-    master = master or os.environ.get("ANTIDOTE_SPARK_MASTER", "local[2]")
-    builder = builder.master(master)
-    if master.startswith("local"):
-        # Local runs stay on loopback instead of whatever interface the hostname resolves to.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1")
-    jars = os.environ.get("ANTIDOTE_SPARK_JARS") or _dev_stack_jars()
-    if jars:
-        builder = builder.config("spark.jars", jars)
-    builder = (builder.config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", settings.spark.driver.memory)
-               .config("spark.executor.memory", settings.spark.executor.memory))
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()
-
-
-def _dev_stack_jars() -> str:
-    """The connector jars the dev stack cached, when running from a checkout. An installed
-    package (the consumer image) has no hack/ beside it and needs none: its jars are in
-    Spark's own jars/ (docs/images.md). Looking the pom up there anyway made the image fail
-    at start with FileNotFoundError for site-packages' ../hack/spark/pom.xml."""
-    from antidote_devstack.build import JAR_SETS, jar_dir_path
-    from antidote_devstack.paths import HACK
-
-    if not (HACK / JAR_SETS["spark"] / "pom.xml").exists():
-        return ""
-    found = jar_dir_path("spark")
-    return ",".join(str(p) for p in sorted(found.glob("*.jar"))) if found.exists() else ""
-
-
-ARROW_BATCH_BYTES = 256 * 1024 * 1024  # Spark's own default for one Arrow batch
-
-
-def arrow_batching(max_message_bytes: int, user_conf: dict[str, str] | None = None) -> dict[str, str]:
-    """How rows travel to the Python workers, unless the user's Spark conf says otherwise.
-
-    Spark 4.0 checks an Arrow batch's size in bytes after every row when
-    arrow.maxBytesPerBatch is set (the default), and for a list column such as the Kafka
-    headers that check is linear in the rows already written: measured at 3x the executor
-    CPU of the whole pipeline. So the byte check is off, and the same bound is kept by
-    capping rows per batch at what the largest possible records would fill."""
-    rows = max(1, min(10_000, ARROW_BATCH_BYTES // max(1, max_message_bytes)))
-    wanted = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
-              "spark.sql.execution.arrow.maxRecordsPerBatch": str(rows)}
-    user_conf = user_conf or {}
-    return {k: v for k, v in wanted.items() if k not in user_conf}
 
 
 def committed_offsets(progress: dict | None, topic: str) -> dict[int, int] | None:

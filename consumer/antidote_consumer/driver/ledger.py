@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-
-from .kafka_retry import retrying
-from .transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
+from antidote_consumer.kafka.retry import retrying
+from antidote_consumer.kafka.transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
 
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")

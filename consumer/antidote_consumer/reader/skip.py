@@ -17,11 +17,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
-
-from . import headers as h
-from . import kafka_auth
-from .ledger import Ledger, load_state
-from .topics import KafkaUnreachable, max_message_bytes, reachable
+from antidote_consumer.driver.ledger import Ledger, load_state
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.kafka import auth as kafka_auth
+from antidote_consumer.kafka.topics import KafkaUnreachable, max_message_bytes, reachable
 
 
 class SkipError(Exception):

@@ -25,17 +25,17 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from antidote_api.names import ledger_topic, reader_group_id, transactional_id
+from antidote_api.semantics import EffectiveSettings
 from antidote_api.times import parse_iso
 from antidote_api.wire import POISON_REASONS, READER_ACTIONS, READER_SOURCES
-from antidote_api.semantics import EffectiveSettings
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.kafka import auth as kafka_auth
+from antidote_consumer.kafka.retry import retrying
+from antidote_consumer.kafka.topics import max_message_bytes, partitions_of, wait_ready
+from antidote_consumer.kafka.transactions import RecordRefused, TransactionalWriter
 
-from . import headers as h
-from . import kafka_auth
-from .kafka_retry import retrying
-from .reader_rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
-                           original_partition, plan, redrive_count, redrive_headers)
-from .topics import max_message_bytes, partitions_of, wait_ready
-from .transactions import RecordRefused, TransactionalWriter
+from .rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
+                    original_partition, plan, redrive_count, redrive_headers)
 
 log = logging.getLogger("antidote.reader")
 
@@ -192,10 +192,10 @@ class _Run:
         if self.p.action == "Redrive":
             self.source_partitions = partitions_of(self.admin, self.s.topics.source)
         if self.p.action == "Archive" and not self.p.dry_run:
-            from .reader_archive import ArchiveWriter
+            from .archive import ArchiveWriter
 
             if self.spark is None:
-                from .runner import spark_session
+                from antidote_consumer.spark import spark_session
 
                 self.spark = spark_session(self.s)
                 self.spark.sparkContext.setLogLevel("WARN")
@@ -416,7 +416,7 @@ class _Run:
         log.warning("%d message(s) rejected to %s after the reader's retries: %s", len(failed), dlq, err)
 
     def _archive(self, part: int, act: list[Polled], lo: int, hi: int, keep: list[int]) -> None:
-        from .reader_archive import row, slice_name
+        from .archive import row, slice_name
 
         prog = self.progress[part]
         done = _resolved(prog, lo, hi, keep)

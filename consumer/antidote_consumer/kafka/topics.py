@@ -7,7 +7,7 @@ import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .kafka_retry import Unanswered, connect_once, retrying
+from .retry import Unanswered, connect_once, retrying
 
 
 class KafkaUnreachable(RuntimeError):

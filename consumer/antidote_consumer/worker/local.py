@@ -17,7 +17,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from .worker import INPUT_FIELDS, WorkerConfig, arrow_schema
+from .executor import INPUT_FIELDS, WorkerConfig, arrow_schema
 
 log = logging.getLogger("antidote.consumer")
 
@@ -37,7 +37,7 @@ class Row(dict):
 def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict]:
     import pyarrow as pa
 
-    from .worker import process
+    from .executor import process
 
     schema = arrow_schema(INPUT_FIELDS)
     columns = list(zip(*rows)) if rows else [[] for _ in INPUT_FIELDS]
@@ -49,7 +49,7 @@ def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict]:
 def _warm(cfg: WorkerConfig) -> None:
     import pyarrow  # noqa: F401
 
-    from .worker import _plan, sink_producer
+    from .executor import _plan, sink_producer
 
     _plan(cfg)  # imports the handler's module
     _topic, producer = sink_producer(cfg)

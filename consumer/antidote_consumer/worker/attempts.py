@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from antidote_api.wire import PoisonReason
+from antidote_consumer.kafka.headers import MAX_STACK, truncate_stack
 
 from .deadline import AttemptTimeout
 from .handler import Handler, encode_output
-from .headers import MAX_STACK, truncate_stack
 from .message import Message
 
 

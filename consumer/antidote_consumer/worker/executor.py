@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import headers as h
-from . import kafka_auth
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.kafka import auth as kafka_auth
+
 from .attempts import Plan, Reason, Verdict, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler

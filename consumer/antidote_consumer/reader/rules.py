@@ -11,8 +11,7 @@ from datetime import datetime, timezone
 
 from antidote_api.policy import Reader
 from antidote_api.wire import READER_ACTIONS, READER_SOURCES
-
-from . import headers as h
+from antidote_consumer.kafka import headers as h
 
 ACTIONS, SOURCES = READER_ACTIONS, READER_SOURCES
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from .headers import consumer_of, due_of
-from .kafka_retry import retrying
+from antidote_consumer.kafka.headers import consumer_of, due_of
+from antidote_consumer.kafka.retry import retrying
 
 log = logging.getLogger("antidote.consumer")
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
-from . import headers as h
-from .reader_rules import header_map, redrive_count
+from antidote_consumer.kafka import headers as h
+
+from .rules import header_map, redrive_count
 
 SCHEMA = (
     "key binary, value binary, headers array<struct<key:string,value:binary>>, "

@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import DISABLE_EXIT, ExitCode
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.kafka import auth as kafka_auth
+from antidote_consumer.worker.attempts import Reason, Verdict
+from antidote_consumer.worker.executor import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
+from antidote_consumer.worker.local import MAX_ROWS as MAX_LOCAL_ROWS
+from antidote_consumer.worker.local import LocalWorker
 
-from . import headers as h
-from . import kafka_auth
-from .attempts import Reason, Verdict
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
-from .local_worker import MAX_ROWS as MAX_LOCAL_ROWS
-from .local_worker import LocalWorker
 from .metrics import Metrics
-from .worker import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
 
 log = logging.getLogger("antidote.consumer")
 
