@@ -73,7 +73,7 @@ class Children:
     deployment: str
 
 
-def children(consumer: str) -> Children:
+def child_names(consumer: str) -> Children:
     """The names of a QueueConsumer's child objects."""
     # The consumer name is a DNS-1035 label of at most 40 characters (API rule), so the
     # suffixes fit in 63 and the Service name is a valid driver host.

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from antidote_operator.builders import RenderOptions
     from antidote_operator.main import run as run_operator
-    from antidote_operator.reconcile import Options
+    from antidote_operator.context import Options
 
     given = {"image": args.consumer_image, "driver_cluster_role": args.driver_cluster_role}
     render = RenderOptions(**{k: v for k, v in given.items() if v})

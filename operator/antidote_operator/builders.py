@@ -18,7 +18,7 @@ import kopf
 import yaml
 
 from antidote_api.semantics import EffectiveSettings
-from antidote_api.names import children
+from antidote_api.names import child_names
 from antidote_api.wire import CONFIG_DIR, HEALTH_PATH, SETTINGS_KEY
 
 # Labels on every child; LABEL_CONSUMER is also how the operator finds Deployments and Pods.
@@ -139,7 +139,7 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
     """
     name, ns = settings.consumer, settings.namespace
     spark = settings.spark
-    n = children(name)
+    n = child_names(name)
     conf = {
         "spark.submit.deployMode": "client",
         "spark.kubernetes.namespace": ns,
@@ -218,7 +218,7 @@ def executor_pod_template(settings: EffectiveSettings, opts: RenderOptions) -> d
         # Labels come from spark.kubernetes.executor.label.* (Spark adds its own too).
         "metadata": {},
         "spec": {
-            "serviceAccountName": children(name).executor_service_account,
+            "serviceAccountName": child_names(name).executor_service_account,
             "automountServiceAccountToken": False,
             "securityContext": pod_security_context(opts),
             "containers": [{"name": EXECUTOR_CONTAINER,
@@ -245,20 +245,20 @@ def settings_hash(data: Mapping[str, str]) -> str:
 
 def build_configmap(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(children(settings.consumer).configmap, settings.consumer),
+            "metadata": _meta(child_names(settings.consumer).configmap, settings.consumer),
             "data": config_data(settings, opts)}
 
 
 def build_service_account(consumer: str) -> dict[str, Any]:
     """The driver's: its pod mounts a token, which the RoleBinding lets manage executors."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(children(consumer).service_account, consumer)}
+            "metadata": _meta(child_names(consumer).service_account, consumer)}
 
 
 def build_executor_service_account(consumer: str) -> dict[str, Any]:
     """The executors': bound to nothing, and no token is mounted from it."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(children(consumer).executor_service_account, consumer),
+            "metadata": _meta(child_names(consumer).executor_service_account, consumer),
             "automountServiceAccountToken": False}
 
 
@@ -281,7 +281,7 @@ DRIVER_RULES: list[dict[str, Any]] = [
 
 def build_role_binding(consumer: str, opts: RenderOptions) -> dict[str, Any]:
     """The chart's driver ClusterRole, bound in the consumer's namespace only."""
-    n = children(consumer)
+    n = child_names(consumer)
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": _meta(n.role_binding, consumer),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -293,7 +293,7 @@ def build_spark_auth_secret(consumer: str, secret: bytes) -> dict[str, Any]:
     """The consumer's secret for Spark's RPC authentication. Not pure data like the others
     (`secret` is random): the operator creates it once and never reads it back."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": _meta(children(consumer).spark_auth_secret, consumer),
+            "metadata": _meta(child_names(consumer).spark_auth_secret, consumer),
             "data": {SPARK_AUTH_KEY: base64.b64encode(secret).decode()}}
 
 
@@ -305,7 +305,7 @@ def _ports(opts: RenderOptions) -> list[tuple[str, int]]:
 def build_service(consumer: str, opts: RenderOptions) -> dict[str, Any]:
     """Headless: its DNS name resolves to the driver pod (driver host, metrics target)."""
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": _meta(children(consumer).service, consumer),
+            "metadata": _meta(child_names(consumer).service, consumer),
             # The driver pod only: executors carry the consumer label too (Spark's
             # executor.label conf), and the driver host must not resolve to them.
             "spec": {"clusterIP": "None",
@@ -326,7 +326,7 @@ def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
     """Volumes and mounts of the settings ConfigMap (only settings.yaml when `only_settings`)
     and of each secretRef, at the paths the consumer and the reader read them from."""
     secrets = secret_names(settings)
-    configmap: dict[str, Any] = {"name": children(settings.consumer).configmap}
+    configmap: dict[str, Any] = {"name": child_names(settings.consumer).configmap}
     if only_settings:
         configmap["items"] = [{"key": SETTINGS_KEY, "path": SETTINGS_KEY}]
     volumes = [{"name": "settings", "configMap": configmap}] + [
@@ -340,7 +340,7 @@ def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
 def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: RenderOptions,
                      config_hash: str) -> dict[str, Any]:
     name = settings.consumer
-    n = children(name)
+    n = child_names(name)
     driver = settings.spark.driver
     memory = quantity_mib(container_memory_mib(driver.memory))
     volumes, mounts = settings_volumes(settings)

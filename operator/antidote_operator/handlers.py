@@ -20,7 +20,8 @@ from antidote_api.types import GROUP, VERSION
 
 from .builders import LABEL_CONSUMER
 from . import reader_control
-from .reconcile import Context, delete_children, on_deployment, on_pod, post_event, sync_consumer
+from .context import Context
+from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_consumer
 from .status import policy_status
 from .watcher import Watcher
 

@@ -9,7 +9,8 @@ import sys
 import kopf
 
 from . import kube
-from .reconcile import Context, Options
+from .context import Context, Options
+from .reconcile import sync_consumer
 
 log = logging.getLogger("antidote.operator")
 
@@ -29,9 +30,10 @@ async def operate(options: Options, *, stop_flag: asyncio.Event | None = None,
     from . import handlers  # noqa: F401 - registers the Kopf handlers
 
     k = kube.Kube.from_environment()
-    ctx = Context(options, k)
+    ctx = Context(options, k, sync_consumer)
     if options.dev_runner:
-        from .devrunner import DevRunner, DevRunnerRefused, check_allowed
+        from .devrunner.local import DevRunnerRefused, check_allowed
+        from .devrunner.runner import DevRunner
 
         if options.peering:
             raise DevRunnerRefused("it runs consumers inside this process, so it cannot hand "
@@ -39,7 +41,7 @@ async def operate(options: Options, *, stop_flag: asyncio.Event | None = None,
         await check_allowed(k)
         targets = None
         if options.dev_runner_targets:
-            from .devtargets import TargetFiles
+            from .devrunner.targets import TargetFiles
 
             targets = TargetFiles(options.dev_runner_targets)
             targets.prune()
@@ -66,7 +68,7 @@ def run(options: Options, verbose: bool = False) -> int:
     except KeyboardInterrupt:
         return 0
     except Exception as err:
-        from .devrunner import DevRunnerRefused
+        from .devrunner.local import DevRunnerRefused
 
         if isinstance(err, DevRunnerRefused):
             print(f"antidote operator: --dev-runner refused: {err}", file=sys.stderr)

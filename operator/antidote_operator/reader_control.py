@@ -23,7 +23,7 @@ from .builders import LABEL_CONSUMER
 from .status import Event
 
 if TYPE_CHECKING:
-    from .reconcile import Context
+    from .context import Context
     from .state import ConsumerState
 
 log = logging.getLogger("antidote.operator.reader")

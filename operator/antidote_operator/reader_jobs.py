@@ -32,10 +32,9 @@ from antidote_api.semantics import EffectiveSettings
 
 from . import builders, cron
 from .builders import CONFIG_DIR, LABEL_CONSUMER, MANAGED_BY, SETTINGS_KEY, RenderOptions
+from .devrunner.annotations import DEV_RUNNER_REPORT
 from .status import Event
 
-# Set by the dev runner on a Job it ran: the report, as a pod's termination message is.
-DEV_RUNNER_REPORT = "antidote.dev/dev-runner-report"
 TRIGGER_LABEL = "antidote.dev/reader-trigger"
 ACTION_ANNOTATION = "antidote.dev/reader-action"
 DEPTH_ANNOTATION = "antidote.dev/poison-depth"

@@ -8,159 +8,31 @@ reconciliation is level-based, so a missed or repeated trigger is harmless.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
-import os
 import secrets
-import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
 
-from antidote_api.names import children
+from antidote_api.names import child_names
 from antidote_api.times import parse_time
 from antidote_api.types import API_VERSION
 
 from . import builders, kube, reader_control
 from .builders import LABEL_CONSUMER, RenderOptions
-from .metrics import OperatorMetrics
-from .peering import PeeringGate, own_identity
-from .reader_jobs import DRAIN_ANNOTATION, JobIndex, JobOptions
-from .state import ConsumerState, Registry
+from .context import Context, brief
+from .devrunner.annotations import DEV_RUNNER_METRICS, dev_runner_termination
+from .reader_jobs import DRAIN_ANNOTATION
+from .state import ConsumerState
 from .status import (PROBE_ANNOTATION, RESUME_ANNOTATION, DeploymentView, Event, Inputs, Termination,
                      decide, status_patch)
 
-if TYPE_CHECKING:
-    from .devrunner import DevRunner
-
 log = logging.getLogger("antidote.operator")
-
-# Written by the dev runner on a Deployment it runs (see devrunner.py).
-DEV_RUNNER_METRICS = "antidote.dev/dev-runner-metrics"
-DEV_RUNNER_EXIT = "antidote.dev/dev-runner-exit"
-
-
-@dataclass
-class Options:
-    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    dev_runner: bool = False
-    dev_runner_dir: str | None = None
-    dev_runner_master: str = "local[2]"
-    dev_runner_targets: str | None = None  # file_sd folder of the stack's Prometheus
-    metrics_port: int | None = 8080
-    peering: str | None = None
-    priority: int = 0
-    scrape_interval: float = 2.0
-    metrics_url_template: str = "http://{name}.{namespace}.svc:{port}/metrics"
-    prometheus_url: str | None = None
-    resync_interval: float = 300.0
-    poison_event_interval: float = 60.0
-    liveness: str | None = None
-    render: RenderOptions = field(default_factory=RenderOptions)
-    reader_jobs: JobOptions = field(default_factory=JobOptions)
-
-
-class Context:
-    """What every handler shares (reached through Kopf's `memo.ctx`)."""
-
-    def __init__(self, options: Options, kube_client: kube.Kube):
-        self.options = options
-        self.kube = kube_client
-        self.registry = Registry()
-        self.metrics = OperatorMetrics(self.registry)
-        self.syncer = Syncer(self)
-        self.devrunner: DevRunner | None = None
-        self.reader_index = JobIndex()  # reader Jobs per consumer, from the watch stream
-        # PoisonPolicy specs and which consumers use each policy, from the watch streams.
-        self.policies: dict[tuple[str, str], dict[str, Any]] = {}
-        self.users: dict[tuple[str, str], set[str]] = {}
-        self._uses: dict[tuple[str, str], str] = {}  # (namespace, consumer) -> policy
-        # Who posts Events (reportingInstance): the pod name in a cluster.
-        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
-        self.identity = own_identity()
-        self.peering = PeeringGate(kube_client, name=options.peering, namespaces=options.namespaces,
-                                   identity=self.identity, priority=options.priority)
-
-
-    def note_user(self, namespace: str, consumer: str, policy: str | None) -> None:
-        old = self._uses.pop((namespace, consumer), None)
-        if old is not None:
-            self.users.get((namespace, old), set()).discard(consumer)
-        if policy is not None:
-            self._uses[(namespace, consumer)] = policy
-            self.users.setdefault((namespace, policy), set()).add(consumer)
-
-    async def policy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """The policy's spec from the watch cache; one GET when the cache has not seen it
-        (yet), so a consumer reconciled before its policy's event never reads "missing"."""
-        key = (namespace, name)
-        if key in self.policies:
-            return self.policies[key]
-        body = await self.kube.get(kube.POISON_POLICY, namespace, name) if name else None
-        if body is None:
-            return None
-        self.policies.setdefault(key, body.get("spec") or {})
-        return self.policies[key]
-
-
-class Syncer:
-    """Runs `sync_consumer` in the background, coalescing triggers: while one sync of a
-    consumer runs, further kicks collapse into one more run after it."""
-
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
-        self.running: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self.again: dict[tuple[str, str], bool] = {}  # key -> verify
-
-    def kick(self, namespace: str, name: str, *, verify: bool = False, delay: float = 0.0) -> None:
-        key = (namespace, name)
-        if key in self.running:
-            self.again[key] = self.again.get(key, False) or verify
-            return
-        self.running[key] = asyncio.create_task(self._run(key, verify, delay), name=f"sync {key}")
-
-    async def _run(self, key: tuple[str, str], verify: bool, delay: float) -> None:
-        failures = 0
-        try:
-            if delay:
-                await asyncio.sleep(delay)
-            while True:
-                try:
-                    await sync_consumer(self.ctx, *key, verify=verify)
-                    failures = 0
-                except asyncio.CancelledError:
-                    raise
-                except Exception as err:  # noqa: BLE001 - retried with backoff, level-based
-                    failures += 1
-                    self.ctx.metrics.errors.labels("sync").inc()
-                    log.warning("sync of %s/%s failed (%s); retrying", *key, _brief(err))
-                    await asyncio.sleep(min(2 ** failures, 60))
-                    self.again[key] = True
-                if key not in self.again:
-                    return
-                verify = self.again.pop(key)
-        finally:
-            self.running.pop(key, None)
-            self.again.pop(key, None)
-
-    async def close(self) -> None:
-        tasks = list(self.running.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _brief(err: BaseException) -> str:
-    if isinstance(err, ApiException):
-        return f"HTTP {err.status} {err.reason}"
-    return f"{type(err).__name__}: {err}"
 
 
 def object_ref(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -178,7 +50,7 @@ async def post_event(ctx: Context, regarding: Mapping[str, Any], e: Event) -> No
         ctx.metrics.events.labels(e.reason).inc()
     except Exception as err:  # noqa: BLE001
         ctx.metrics.errors.labels("event").inc()
-        log.warning("could not post Event %s about %s: %s", e.reason, regarding["metadata"]["name"], _brief(err))
+        log.warning("could not post Event %s about %s: %s", e.reason, regarding["metadata"]["name"], brief(err))
 
 
 def render_key(owner: Mapping[str, Any], settings: Any, opts: RenderOptions) -> str:
@@ -222,7 +94,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     policy = await ctx.policy(ns, (spec.get("policyRef") or {}).get("name", ""))
     if st.deployment is None:
         # Not seen on the watch yet (a restart): read it, or Ready would flap to Starting.
-        dep = await ctx.kube.get(kube.DEPLOYMENT, ns, children(name).deployment)
+        dep = await ctx.kube.get(kube.DEPLOYMENT, ns, child_names(name).deployment)
         if dep is not None:
             st.deployment = deployment_view(dep)
     d = decide(Inputs(
@@ -253,7 +125,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
             st.deployment is None or st.deployment.replicas != d.replicas):
         # Only the replicas differ (pause, disable, resume), or the configuration is broken
         # but scaling needs none of it: one small patch, the fast path of a disable.
-        dep = await ctx.kube.patch(kube.DEPLOYMENT, ns, children(name).deployment,
+        dep = await ctx.kube.patch(kube.DEPLOYMENT, ns, child_names(name).deployment,
                                    {"spec": {"replicas": d.replicas}}, urgent=d.replicas == 0)
         if dep is not None:
             _observe_scale(ctx, st, d.replicas)
@@ -344,7 +216,7 @@ async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> 
     local stack runs no kube-controller-manager, so the operator does it itself (on a real
     cluster this only comes first). Objects of the same name owned by others are left.
     """
-    n = children(name)
+    n = child_names(name)
     deleted = []
     for kind_name, attr in DELETE_ORDER:
         kind = kube.BY_KIND[kind_name]
@@ -365,19 +237,6 @@ async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> 
 
 
 # --- Deployments and Pods: what the consumer's driver is doing ----------------------------
-
-def dev_runner_termination(annotations: Mapping[str, str]) -> Termination | None:
-    raw = annotations.get(DEV_RUNNER_EXIT)
-    if not raw:
-        return None
-    try:
-        doc = json.loads(raw)
-        at = parse_time(doc.get("finishedAt"))
-        return Termination(int(doc["exitCode"]), at, "dev-runner",
-                           parse_time(doc.get("startedAt")), doc.get("message")) if at else None
-    except (ValueError, KeyError, TypeError):
-        return None
-
 
 def pod_termination(pod: Mapping[str, Any]) -> Termination | None:
     """The driver container's latest termination (state or lastState), as the kubelet reports it."""

@@ -28,7 +28,7 @@ from antidote_api.wire import DISABLE_REASONS, METRIC_PREFIX, Metric
 from .status import LastPoisonSample, Sample
 
 if TYPE_CHECKING:
-    from .reconcile import Context
+    from .context import Context
     from .state import ConsumerState
 
 log = logging.getLogger("antidote.operator.watcher")

@@ -281,7 +281,7 @@ def test_job_index_feeds_from_events() -> None:
 
 
 def test_dev_runner_rewrites_a_reader_jobs_command_for_a_local_process() -> None:
-    from antidote_operator.devrunner import translate_job
+    from antidote_operator.devrunner.local import translate_job
 
     job = rj.build_reader_job(settings(), RenderOptions(), trigger="drain", name="n",
                               request=rj.DrainRequest(id="r", action="Drop", dry_run=True))
