@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from antidote_api.base import explain
-from antidote_api.conditions import (Condition, ConditionType, ConfigReason, condition, find_condition,
+from antidote_api.conditions import (Condition, ConditionType, ConfigReason, EnabledReason, PausedReason,
+                                     PoisonConditionReason, ReadyReason, condition, find_condition,
                                      set_condition)
 from antidote_api.consumer import Counts, LastPoison, QueueConsumerSpec, QueueConsumerStatus
 from antidote_api.policy import PoisonPolicySpec
@@ -222,238 +223,281 @@ def _poison_summary(counts: Counts, last: LastPoison | None) -> str:
 
 # --- the decision ------------------------------------------------------------------------
 
-def decide(i: Inputs) -> Decision:  # noqa: C901 - one readable pass over the conditions
-    now = i.now.replace(microsecond=0)
-    gen = i.generation
-    cur = parse_status(i.status)
-    conds: list[Condition] = list(cur.conditions or [])
-    events: list[Event] = []
+@dataclass
+class _Pass:
+    """The state one `decide` pass builds up, condition by condition (in this order)."""
 
-    def put(type_: str, status: bool, reason: str, message: str = "") -> None:
-        nonlocal conds
-        conds = set_condition(conds, condition(type_, status, reason, message, gen, now), now)
-
-    def was(type_: str) -> Condition | None:
-        return find_condition(cur.conditions or [], type_)
-
-    # 1. Configuration: the spec, the policy, and what they resolve to.
+    i: Inputs
+    now: datetime
+    cur: QueueConsumerStatus
+    conds: list[Condition]
+    events: list[Event] = field(default_factory=list)
     problem: tuple[str, str] | None = None
     settings: EffectiveSettings | None = None
     policy: PoisonPolicySpec | None = None
+    disabled: bool = False
+    disabled_reason: str | None = None
+    resumed_at: datetime | None = None
+    resumed: bool = False
+    newly_disabled: bool = False
+    probe: str | None | bool = False
+    recheck_at: datetime | None = None
+
+    def put(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+        self.conds = set_condition(self.conds, condition(type_, status, reason, message, self.i.generation,
+                                                         self.now), self.now)
+
+    def was(self, type_: str) -> Condition | None:
+        return find_condition(self.cur.conditions or [], type_)
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.i.spec.get("paused", False))
+
+    @property
+    def auto(self) -> Any:
+        return self.policy.queue_disable.auto_resume if self.policy is not None else None
+
+    def recheck(self, at: datetime) -> None:
+        self.recheck_at = at if self.recheck_at is None else min(self.recheck_at, at)
+
+
+def decide(i: Inputs) -> Decision:
+    cur = parse_status(i.status)
+    p = _Pass(i=i, now=i.now.replace(microsecond=0), cur=cur, conds=list(cur.conditions or []))
+    _configuration(p)
+    _resume(p)
+    _disable(p)
+    _probe(p)
+    if p.settings is not None and p.resumed_at is not None:
+        # The consumer's ledger remembers that its queue is disabled; this token (the
+        # resume's time, stable across reconciles) is what lets the next driver start.
+        p.settings = p.settings.model_copy(update={
+            "resume_token": p.resumed_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+    # Replicas: one driver, unless paused or disabled.
+    replicas = 0 if p.paused or p.disabled else (1 if p.settings is not None else None)
+    _paused(p)
+    _ready(p)
+    counts, consecutive, last = _observed(p)
+    memory = _poison(p, counts, last)
+    order = {READY: 0, PAUSED: 1, DISABLED: 2, POISON: 3}
+    p.conds.sort(key=lambda c: order.get(c.type, 9))
+    new = QueueConsumerStatus(
+        observed_generation=i.generation, conditions=p.conds, counts=counts,
+        consecutive_batch_failures=consecutive, last_poison=last, reader_jobs=cur.reader_jobs)
+    return Decision(settings=p.settings, replicas=replicas, status=status_wire(new), events=p.events,
+                    disabled=p.disabled_reason if p.disabled else None, newly_disabled=p.newly_disabled,
+                    resumed=p.resumed, consume_resume=RESUME_ANNOTATION in i.annotations, probe=p.probe,
+                    poison=memory, recheck_at=p.recheck_at)
+
+
+def _configuration(p: _Pass) -> None:
+    """The spec, the policy, and what they resolve to; `problem` is Ready's reason when not."""
+    i = p.i
     ref = (i.spec.get("policyRef") or {}).get("name", "")
+    spec: QueueConsumerSpec | None = None
     try:
         spec = QueueConsumerSpec.model_validate(dict(i.spec))
     except ValidationError as err:
-        spec = None
-        problem = ("InvalidSpec", f"The QueueConsumer is invalid: {_lines(err, 'spec.')}")
+        p.problem = (ConfigReason.INVALID_SPEC, f"The QueueConsumer is invalid: {_lines(err, 'spec.')}")
     if i.policy is None:
-        problem = problem or ("PolicyNotFound",
-                              f'PoisonPolicy "{ref}" does not exist in namespace "{i.namespace}"; '
-                              "the consumer starts once it does.")
+        p.problem = p.problem or (ConfigReason.POLICY_NOT_FOUND,
+                                  f'PoisonPolicy "{ref}" does not exist in namespace "{i.namespace}"; '
+                                  "the consumer starts once it does.")
     else:
         try:
-            policy = PoisonPolicySpec.model_validate(dict(i.policy))
+            p.policy = PoisonPolicySpec.model_validate(dict(i.policy))
         except ValidationError as err:
-            problem = problem or ("PolicyInvalid",
-                                  f'PoisonPolicy "{ref}" is invalid: {_lines(err, "spec.")}')
-    if problem is None and spec is not None and policy is not None:
+            p.problem = p.problem or (ConfigReason.POLICY_INVALID,
+                                      f'PoisonPolicy "{ref}" is invalid: {_lines(err, "spec.")}')
+    if p.problem is None and spec is not None and p.policy is not None:
         try:
-            settings = resolve(spec, policy, name=i.name, namespace=i.namespace)
+            p.settings = resolve(spec, p.policy, name=i.name, namespace=i.namespace)
         except (ValueError, ValidationError) as err:
-            problem = ("InvalidSpec", f"The QueueConsumer cannot run under PoisonPolicy "
-                                      f'"{ref}": {err}')
+            p.problem = (ConfigReason.INVALID_SPEC, f"The QueueConsumer cannot run under PoisonPolicy "
+                                                    f'"{ref}": {err}')
 
-    # 2. Resume: by annotation, or by the policy's autoResume after its delay.
-    qd = was(DISABLED)
-    disabled = qd is not None and qd.status == "True"
-    disabled_reason = qd.reason if disabled and qd is not None else None
+
+def _resume(p: _Pass) -> None:
+    """QueueDisabled -> False by the resume annotation, or by autoResume after its delay."""
+    qd = p.was(DISABLED)
+    p.disabled = qd is not None and qd.status == "True"
+    p.disabled_reason = qd.reason if p.disabled and qd is not None else None
     # Evidence older than the last resume belongs to the run that was disabled.
-    resumed_at = qd.last_transition_time if qd is not None and qd.status != "True" \
-        and qd.reason != "QueueEnabled" else None
-    consume_resume = RESUME_ANNOTATION in i.annotations
-    resumed = False
-    probe: str | None | bool = False
-    paused = bool(i.spec.get("paused", False))
-    auto = policy.queue_disable.auto_resume if policy is not None else None
-    recheck_at: datetime | None = None
-    if disabled and consume_resume:
-        put(DISABLED, False, "Resumed", f"Re-enabled by the {RESUME_ANNOTATION} annotation.")
-        events.append(Event("Normal", "Resumed", f"Queue re-enabled by the {RESUME_ANNOTATION} "
-                             "annotation" + (" (still paused: spec.paused is true)." if paused
-                                             else "; the consumer starts again.")))
-        disabled, disabled_reason, resumed, resumed_at = False, None, True, now
-    elif disabled and auto is not None and qd is not None:
+    p.resumed_at = qd.last_transition_time if qd is not None and qd.status != "True" \
+        and qd.reason != EnabledReason.QUEUE_ENABLED else None
+    if not p.disabled or qd is None:
+        return
+    if RESUME_ANNOTATION in p.i.annotations:
+        p.put(DISABLED, False, EnabledReason.RESUMED, f"Re-enabled by the {RESUME_ANNOTATION} annotation.")
+        p.events.append(Event("Normal", "Resumed", f"Queue re-enabled by the {RESUME_ANNOTATION} "
+                              "annotation" + (" (still paused: spec.paused is true)." if p.paused
+                                              else "; the consumer starts again.")))
+    elif (auto := p.auto) is not None:
         due = qd.last_transition_time + timedelta(seconds=auto.after.seconds)
-        if now >= due:
-            put(DISABLED, False, "Probing",
-                f"Auto-resumed after {auto.after} (queueDisable.autoResume): probing with "
-                f"{auto.probe_messages} message(s); the first failure disables it again.")
-            events.append(Event("Normal", "Resumed", f"Queue auto-resumed after {auto.after}: "
-                                f"probing with {auto.probe_messages} message(s)."))
-            disabled, disabled_reason, resumed, resumed_at = False, None, True, now
-            base = cur.counts.processed if cur.counts else 0
-            probe = str(base)
-        else:
-            recheck_at = due
+        if p.now < due:
+            p.recheck_at = due
+            return
+        p.put(DISABLED, False, EnabledReason.PROBING,
+              f"Auto-resumed after {auto.after} (queueDisable.autoResume): probing with "
+              f"{auto.probe_messages} message(s); the first failure disables it again.")
+        p.events.append(Event("Normal", "Resumed", f"Queue auto-resumed after {auto.after}: "
+                              f"probing with {auto.probe_messages} message(s)."))
+        p.probe = str(p.cur.counts.processed if p.cur.counts else 0)
+    else:
+        return
+    p.disabled, p.disabled_reason, p.resumed, p.resumed_at = False, None, True, p.now
 
-    # 3. Disable: the consumer stops itself; its metrics or its exit code say why.
-    newly_disabled = False
-    if not disabled:
+
+def _disable(p: _Pass) -> None:
+    """QueueDisabled -> True: the consumer stops itself; its metrics or its exit code say why."""
+    if not p.disabled:
         evidence: tuple[str, str] | None = None
-        s, t = i.sample, i.termination
-        if s is not None and s.disabled in DISABLE_REASONS and _fresh(s.at, resumed_at):
+        s, t = p.i.sample, p.i.termination
+        if s is not None and s.disabled in DISABLE_REASONS and _fresh(s.at, p.resumed_at):
             evidence = (s.disabled, "the consumer's metrics report it (antidote_queue_disabled)")
-        elif t is not None and t.reason is not None and t.after(resumed_at):
+        elif t is not None and t.reason is not None and t.after(p.resumed_at):
             where = "its pod" if t.source == "pod" else "the dev runner's process"
             evidence = (t.reason, f"the consumer exited with code {t.exit_code} ({where})")
         if evidence is not None:
             reason, how = evidence
-            message = disable_message(reason, how, i.name, policy, s)
-            put(DISABLED, True, reason, message)
-            events.append(Event("Warning", "QueueDisabled", message))
-            disabled, disabled_reason, newly_disabled = True, reason, True
-            if PROBE_ANNOTATION in i.annotations:
-                probe = None
-            if auto is not None:
-                recheck_at = now + timedelta(seconds=auto.after.seconds)
-    if find_condition(conds, DISABLED) is None:
-        put(DISABLED, False, "QueueEnabled", "The queue is enabled.")
+            message = disable_message(reason, how, p.i.name, p.policy, s)
+            p.put(DISABLED, True, reason, message)
+            p.events.append(Event("Warning", "QueueDisabled", message))
+            p.disabled, p.disabled_reason, p.newly_disabled = True, reason, True
+            if PROBE_ANNOTATION in p.i.annotations:
+                p.probe = None
+            if p.auto is not None:
+                p.recheck_at = p.now + timedelta(seconds=p.auto.after.seconds)
+    if find_condition(p.conds, DISABLED) is None:
+        p.put(DISABLED, False, EnabledReason.QUEUE_ENABLED, "The queue is enabled.")
 
-    # 3b. A half-open probe passes once it processed its messages without disabling again.
-    probing = PROBE_ANNOTATION in i.annotations or isinstance(probe, str)
-    if probing and not disabled and auto is not None and settings is not None:
-        start = probe if isinstance(probe, str) else i.annotations.get(PROBE_ANNOTATION, "0")
+
+def _probe(p: _Pass) -> None:
+    """A half-open probe passes once it processed its messages without disabling again; while
+    it runs, the settings are the consumer's with a hair trigger."""
+    i, auto = p.i, p.auto
+    probing = PROBE_ANNOTATION in i.annotations or isinstance(p.probe, str)
+    if probing and not p.disabled and auto is not None and p.settings is not None:
+        start = p.probe if isinstance(p.probe, str) else i.annotations.get(PROBE_ANNOTATION, "0")
         try:
             base = int(start)
         except ValueError:
             base = 0
         processed = int(i.sample.counts.get("processed", 0)) if i.sample else 0
-        if i.sample is not None and not isinstance(probe, str) and processed >= base + auto.probe_messages:
-            put(DISABLED, False, "ProbeSucceeded",
-                f"The probe processed {processed - base} message(s); consuming normally again.")
-            events.append(Event("Normal", "ProbeSucceeded", "The auto-resume probe passed; "
-                                "consuming normally again."))
-            probe, probing = None, False
-    if probing and settings is not None and auto is not None and not disabled:
+        if i.sample is not None and not isinstance(p.probe, str) and processed >= base + auto.probe_messages:
+            p.put(DISABLED, False, EnabledReason.PROBE_SUCCEEDED,
+                  f"The probe processed {processed - base} message(s); consuming normally again.")
+            p.events.append(Event("Normal", "ProbeSucceeded", "The auto-resume probe passed; "
+                                  "consuming normally again."))
+            p.probe, probing = None, False
+    if probing and p.settings is not None and auto is not None and not p.disabled:
         # The probe is the normal consumer with a hair trigger: small batches, and the
         # first failed batch or failing window disables the queue again.
-        qd_probe = settings.queue_disable.model_copy(update={
+        s = p.settings
+        qd_probe = s.queue_disable.model_copy(update={
             "consecutive_batch_failures": 1,
-            "failure_ratio": settings.queue_disable.failure_ratio.model_copy(
+            "failure_ratio": s.queue_disable.failure_ratio.model_copy(
                 update={"min_messages": auto.probe_messages})})
-        settings = settings.model_copy(update={
+        p.settings = s.model_copy(update={
             "queue_disable": qd_probe,
-            "source": settings.source.model_copy(
-                update={"max_messages_per_batch": min(settings.source.max_messages_per_batch,
+            "source": s.source.model_copy(
+                update={"max_messages_per_batch": min(s.source.max_messages_per_batch,
                                                       auto.probe_messages)})})
 
-    if settings is not None and resumed_at is not None:
-        # The consumer's ledger remembers that its queue is disabled; this token (the
-        # resume's time, stable across reconciles) is what lets the next driver start.
-        settings = settings.model_copy(update={
-            "resume_token": resumed_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
 
-    # 4. Replicas: one driver, unless paused or disabled.
-    if paused or disabled:
-        replicas: int | None = 0
+def _paused(p: _Pass) -> None:
+    before = p.was(PAUSED)
+    user = (before.status, before.reason) == ("True", PausedReason.USER_REQUESTED) if before else False
+    if p.paused:
+        p.put(PAUSED, True, PausedReason.USER_REQUESTED, "spec.paused is true: the Deployment is scaled to 0.")
+        if not user:
+            p.events.append(Event("Normal", "Paused", "Paused by spec.paused: the Deployment is "
+                                                      "scaled to 0."))
+    elif p.disabled:
+        p.put(PAUSED, True, PausedReason.QUEUE_DISABLED, f"The queue is disabled ({p.disabled_reason}).")
     else:
-        replicas = 1 if settings is not None else None
+        p.put(PAUSED, False, PausedReason.NOT_PAUSED, "")
+        if user and not p.resumed:
+            p.events.append(Event("Normal", "Resumed", "spec.paused is false: consuming again."))
 
-    # 5. Paused.
-    before = was(PAUSED)
-    if paused:
-        put(PAUSED, True, "UserRequested", "spec.paused is true: the Deployment is scaled to 0.")
-        if before is None or (before.status, before.reason) != ("True", "UserRequested"):
-            events.append(Event("Normal", "Paused", "Paused by spec.paused: the Deployment is "
-                                                    "scaled to 0."))
-    elif disabled:
-        put(PAUSED, True, "QueueDisabled", f"The queue is disabled ({disabled_reason}).")
-    else:
-        put(PAUSED, False, "NotPaused", "")
-        if before is not None and (before.status, before.reason) == ("True", "UserRequested") \
-                and not resumed:
-            events.append(Event("Normal", "Resumed", "spec.paused is false: consuming again."))
 
-    # 6. Ready.
-    before = was(READY)
+def _ready(p: _Pass) -> None:
+    i = p.i
+    before = p.was(READY)
     running = i.deployment is not None and i.deployment.available >= 1
     rejected = i.termination.rejected_settings() if i.termination is not None else None
-    if problem is None and rejected is not None and not running and not (paused or disabled):
+    if p.problem is None and rejected is not None and not running and not (p.paused or p.disabled):
         # Until a driver runs again (a fixed spec or image): the driver's line says what to fix.
-        problem = (SETTINGS_REJECTED, f"The driver refused its settings and exited with code "
-                                      f"{EXIT_BAD_SETTINGS}: {rejected}")
-    if problem is not None:
-        put(READY, False, *problem)
-        if before is None or (before.reason, before.message) != problem:
-            events.append(Event("Warning", problem[0], problem[1]))
-    elif paused:
-        put(READY, False, "Paused", "Paused by spec.paused.")
-    elif disabled:
-        put(READY, False, disabled_reason or "QueueDisabled",
-            f"The queue is disabled ({disabled_reason}); see the QueueDisabled condition.")
+        p.problem = (SETTINGS_REJECTED, f"The driver refused its settings and exited with code "
+                                        f"{EXIT_BAD_SETTINGS}: {rejected}")
+    if p.problem is not None:
+        p.put(READY, False, *p.problem)
+        if before is None or (before.reason, before.message) != p.problem:
+            p.events.append(Event("Warning", p.problem[0], p.problem[1]))
+    elif p.paused:
+        p.put(READY, False, ReadyReason.PAUSED, "Paused by spec.paused.")
+    elif p.disabled:
+        p.put(READY, False, p.disabled_reason or ReadyReason.QUEUE_DISABLED,
+              f"The queue is disabled ({p.disabled_reason}); see the QueueDisabled condition.")
     elif running:
-        put(READY, True, "Running", "The driver is running.")
+        p.put(READY, True, ReadyReason.RUNNING, "The driver is running.")
     else:
-        put(READY, False, "Starting", "Waiting for the driver Deployment to become available.")
+        p.put(READY, False, ReadyReason.STARTING, "Waiting for the driver Deployment to become available.")
 
-    # 7. What the metrics say.
+
+def _observed(p: _Pass) -> tuple[Counts | None, int | None, LastPoison | None]:
+    """What the metrics say: counts, consecutive batch failures, the last poison message."""
+    cur, sample, policy = p.cur, p.i.sample, p.policy
     counts, consecutive, last = cur.counts, cur.consecutive_batch_failures, cur.last_poison
-    if i.sample is not None:
-        counts = _counts(i.sample)
-        consecutive = i.sample.consecutive if i.sample.consecutive is not None else consecutive
-        lp = i.sample.last_poison
-        if lp is not None:
-            disposition = lp.disposition or (policy.disposition if policy else None) or (
-                last.disposition if last else "Move")
-            try:
-                last = LastPoison(time=lp.time.replace(microsecond=0), reason=lp.reason,
-                                  error_class=lp.error_class or None, disposition=disposition,
-                                  topic=lp.topic, partition=lp.partition, offset=lp.offset)
-            except ValidationError:
-                pass  # keep the previous one rather than write a malformed one
+    if sample is None:
+        return counts, consecutive, last
+    counts = _counts(sample)
+    consecutive = sample.consecutive if sample.consecutive is not None else consecutive
+    lp = sample.last_poison
+    if lp is not None:
+        disposition = lp.disposition or (policy.disposition if policy else None) or (
+            last.disposition if last else "Move")
+        try:
+            last = LastPoison(time=lp.time.replace(microsecond=0), reason=lp.reason,
+                              error_class=lp.error_class or None, disposition=disposition,
+                              topic=lp.topic, partition=lp.partition, offset=lp.offset)
+        except ValidationError:
+            pass  # keep the previous one rather than write a malformed one
+    return counts, consecutive, last
 
-    # 8. PoisonDetected, and its aggregated, rate-limited Event.
+
+def _poison(p: _Pass, counts: Counts | None, last: LastPoison | None) -> PoisonMemory:
+    """PoisonDetected, and its aggregated, rate-limited Event."""
+    i, policy = p.i, p.policy
     poisoned = counts.poisoned if counts else 0
     memory = i.poison
     baseline = memory.baseline if memory.baseline is not None else (
-        cur.counts.poisoned if cur.counts else 0)
+        p.cur.counts.poisoned if p.cur.counts else 0)
     if poisoned == 0:
-        put(POISON, False, "NoPoison", "No message has got a disposition.")
+        p.put(POISON, False, PoisonConditionReason.NO_POISON, "No message has got a disposition.")
     else:
         assert counts is not None
         kinds = i.sample.depths if i.sample is not None else {}
         waiting = [kinds[k] for k in ("poison", "dlq") if k in kinds]
         disposition = last.disposition if last else (policy.disposition if policy else "Move")
         if waiting and sum(waiting) == 0 and disposition in ("Move", "Reject"):
-            put(POISON, False, "Drained", _poison_summary(counts, last)
-                + "; the poison and dead-letter topics are empty now.")
+            p.put(POISON, False, PoisonConditionReason.DRAINED, _poison_summary(counts, last)
+                  + "; the poison and dead-letter topics are empty now.")
         else:
-            reason = POISON_CONDITION_REASONS.get(last.reason, "PoisonMessages") if last else "PoisonMessages"
-            put(POISON, True, reason, _poison_summary(counts, last) + ".")
-    if poisoned > baseline:
-        interval = timedelta(seconds=i.poison_event_interval)
-        if memory.last_event is None or now >= memory.last_event + interval:
-            assert counts is not None
-            events.append(Event("Warning", "PoisonDetected",
-                                f"{poisoned - baseline} new poison message(s): "
-                                + _poison_summary(counts, last) + "."))
-            memory = PoisonMemory(baseline=poisoned, last_event=now)
-        else:
-            memory = PoisonMemory(baseline=baseline, last_event=memory.last_event)
-            due = memory.last_event + interval  # type: ignore[operator]
-            recheck_at = due if recheck_at is None else min(recheck_at, due)
-    else:
-        memory = PoisonMemory(baseline=poisoned, last_event=memory.last_event)
-
-    order = {READY: 0, PAUSED: 1, DISABLED: 2, POISON: 3}
-    conds.sort(key=lambda c: order.get(c.type, 9))
-    new = QueueConsumerStatus(
-        observed_generation=gen, conditions=conds, counts=counts,
-        consecutive_batch_failures=consecutive, last_poison=last, reader_jobs=cur.reader_jobs)
-    return Decision(settings=settings, replicas=replicas, status=status_wire(new), events=events,
-                    disabled=disabled_reason if disabled else None, newly_disabled=newly_disabled,
-                    resumed=resumed, consume_resume=consume_resume, probe=probe, poison=memory,
-                    recheck_at=recheck_at)
+            reason = POISON_CONDITION_REASONS.get(last.reason, PoisonConditionReason.POISON_MESSAGES) \
+                if last else PoisonConditionReason.POISON_MESSAGES
+            p.put(POISON, True, reason, _poison_summary(counts, last) + ".")
+    if poisoned <= baseline:
+        return PoisonMemory(baseline=poisoned, last_event=memory.last_event)
+    interval = timedelta(seconds=i.poison_event_interval)
+    if memory.last_event is None or p.now >= memory.last_event + interval:
+        assert counts is not None
+        p.events.append(Event("Warning", "PoisonDetected", f"{poisoned - baseline} new poison message(s): "
+                              + _poison_summary(counts, last) + "."))
+        return PoisonMemory(baseline=poisoned, last_event=p.now)
+    p.recheck(memory.last_event + interval)
+    return PoisonMemory(baseline=baseline, last_event=memory.last_event)
 
 
 def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
