@@ -22,7 +22,7 @@ from .builders import LABEL_CONSUMER
 from . import reader_control
 from .context import Context
 from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_consumer
-from .status import policy_status
+from .policy_status import policy_status
 from .watcher import Watcher
 
 QC = (GROUP, VERSION, "queueconsumers")

@@ -29,8 +29,8 @@ from .context import Context, brief
 from .devrunner.annotations import DEV_RUNNER_METRICS, dev_runner_termination
 from .reader_jobs import DRAIN_ANNOTATION
 from .state import ConsumerState
-from .status import (PROBE_ANNOTATION, RESUME_ANNOTATION, DeploymentView, Event, Inputs, Termination,
-                     decide, status_patch)
+from .observations import DeploymentView, Termination
+from .status import PROBE_ANNOTATION, RESUME_ANNOTATION, Event, Inputs, decide, status_patch
 
 log = logging.getLogger("antidote.operator")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from datetime import datetime
 
-from .status import DeploymentView, PoisonMemory, Sample, Termination
+from .observations import DeploymentView, PoisonMemory, Sample, Termination
 
 Key = tuple[str, str]  # (namespace, name)
 

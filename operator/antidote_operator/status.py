@@ -10,7 +10,7 @@ API server, so an operator restart (which re-reads that status) posts nothing tw
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -23,8 +23,11 @@ from antidote_api.conditions import (Condition, ConditionType, ConfigReason, Ena
 from antidote_api.consumer import Counts, LastPoison, QueueConsumerSpec, QueueConsumerStatus
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
-from antidote_api.wire import (CONSUMER_PREFIX, DISABLE_REASONS, EXIT_REASONS, OUTCOMES,
-                               POISON_CONDITION_REASONS, PROBE_ANNOTATION, RESUME_ANNOTATION, ExitCode)
+from antidote_api.wire import (DISABLE_REASONS, OUTCOMES, POISON_CONDITION_REASONS,
+                               PROBE_ANNOTATION, RESUME_ANNOTATION, ExitCode)
+
+from .observations import PoisonMemory, Sample, Termination, fresh
+from .status_messages import disable_message, poison_summary
 
 
 # Exit 2 (ExitCode.BAD_SETTINGS): the driver refused its settings before any Spark work (a
@@ -35,83 +38,6 @@ SETTINGS_REJECTED = ConfigReason.SETTINGS_REJECTED.value
 
 READY, PAUSED = ConditionType.READY.value, ConditionType.PAUSED.value
 DISABLED, POISON = ConditionType.QUEUE_DISABLED.value, ConditionType.POISON_DETECTED.value
-
-
-# --- what the operator observes -------------------------------------------------------
-
-@dataclass(frozen=True)
-class LastPoisonSample:
-    time: datetime
-    reason: str
-    error_class: str | None
-    topic: str
-    partition: int
-    offset: int
-    disposition: str | None = None
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One reading of a consumer's metrics (a scrape of /metrics, or a PromQL answer)."""
-
-    at: datetime
-    counts: Mapping[str, int] = field(default_factory=dict)
-    consecutive: int | None = None
-    disabled: str | None = None  # the reason whose antidote_queue_disabled is 1
-    last_poison: LastPoisonSample | None = None
-    depths: Mapping[str, int] = field(default_factory=dict)  # topic kind -> records
-
-    def same_values(self, other: Sample | None) -> bool:
-        return other is not None and replace(other, at=self.at) == self
-
-
-@dataclass(frozen=True)
-class Termination:
-    """The driver process ended: from a Pod's container status, or the dev runner."""
-
-    exit_code: int
-    finished_at: datetime
-    source: str  # "pod" or "dev-runner"
-    started_at: datetime | None = None  # when that process started
-    message: str | None = None  # the termination message (the logs' tail on an error)
-
-    def after(self, resumed_at: datetime | None) -> bool:
-        """Evidence about the run since `resumed_at`: a driver that started before the resume
-        belongs to the disabled run, however late it exits (its stop can outlast a quick resume)."""
-        if resumed_at is None:
-            return True
-        if self.started_at is not None and self.started_at < resumed_at.replace(microsecond=0):
-            return False
-        return _fresh(self.finished_at, resumed_at)
-
-    @property
-    def reason(self) -> str | None:
-        return EXIT_REASONS.get(self.exit_code)
-
-    def rejected_settings(self) -> str | None:
-        """The driver's own line when it refused its settings (exit 2), else None."""
-        if self.exit_code != EXIT_BAD_SETTINGS:
-            return None
-        lines = [line.strip() for line in (self.message or "").splitlines() if line.strip()]
-        # Its own line, though Spark may have logged after it (a Secret refused once Spark ran).
-        own = [line for line in lines if line.startswith(CONSUMER_PREFIX)]
-        line = (own or lines or ["no message"])[-1]
-        return line.removeprefix(CONSUMER_PREFIX)[:1024]
-
-
-@dataclass(frozen=True)
-class DeploymentView:
-    replicas: int
-    available: int
-
-
-@dataclass(frozen=True)
-class PoisonMemory:
-    """Rate-limit state of the aggregated PoisonDetected Event (in memory only: after a
-    restart the baseline is the count stored in status, so old poison is not re-announced)."""
-
-    baseline: int | None = None
-    last_event: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -167,58 +93,13 @@ def status_wire(status: QueueConsumerStatus) -> dict[str, Any]:
     return status.wire()
 
 
-def _lines(err: ValidationError, prefix: str) -> str:
+def explain_lines(err: ValidationError, prefix: str) -> str:
     return "; ".join(f"{prefix}{line}" for line in explain(err))
-
-
-def _fresh(at: datetime, resumed_at: datetime | None) -> bool:
-    # Condition times have second precision: evidence counts only from the second after a
-    # resume, so a sample or exit from before the resume never disables again.
-    return resumed_at is None or at >= resumed_at + timedelta(seconds=1)
-
-
-WHY = {
-    "ConsecutiveBatchFailures": "whole batches kept failing (queueDisable.consecutiveBatchFailures "
-                                "reached{threshold}) and no single message could be isolated",
-    "SystemicFailure": "most messages fail (queueDisable.failureRatio{ratio}): a systemic fault "
-                       "such as a downstream outage, so nothing was quarantined and the batch "
-                       "stays unconsumed",
-    "Fault": "a poison message stopped the consumer{where} (disposition Fault, or a record too "
-             "large for its retry, poison or dead-letter topic: reason too-large in the driver's "
-             "log); it and the messages after it stay unconsumed",
-}
-
-
-def disable_message(reason: str, evidence: str, name: str, policy: PoisonPolicySpec | None,
-                    sample: Sample | None) -> str:
-    threshold = ratio = where = ""
-    if policy is not None:
-        qd = policy.queue_disable
-        threshold = f" {qd.consecutive_batch_failures}"
-        ratio = f" threshold {qd.failure_ratio.threshold:g} over {qd.failure_ratio.window}"
-    if sample is not None and sample.last_poison is not None:
-        lp = sample.last_poison
-        where = f" at {lp.topic}/{lp.partition}/{lp.offset}"
-    why = WHY[reason].format(threshold=threshold, ratio=ratio, where=where)
-    return (f"Queue disabled ({reason}): {why}; {evidence}. The Deployment is scaled to 0. "
-            f"Fix the cause, then resume: set spec.paused to false and annotate "
-            f"{RESUME_ANNOTATION}=<anything> (or run `antidote resume {name}`).")
 
 
 def _counts(sample: Sample) -> Counts:
     c = {k: int(sample.counts.get(k, 0)) for k in OUTCOMES}
     return Counts(**c, poisoned=c["moved"] + c["rejected"] + c["dropped"])
-
-
-def _poison_summary(counts: Counts, last: LastPoison | None) -> str:
-    parts = [f"{n} {k}" for k, n in (("moved", counts.moved), ("rejected", counts.rejected),
-                                     ("dropped", counts.dropped)) if n]
-    text = f"{counts.poisoned} message(s) got a disposition ({', '.join(parts)})"
-    if last is not None:
-        err = f", {last.error_class}" if last.error_class else ""
-        text += (f"; last at {last.time.isoformat().replace('+00:00', 'Z')}: {last.topic}/"
-                 f"{last.partition}/{last.offset} ({last.reason}{err})")
-    return text
 
 
 # --- the decision ------------------------------------------------------------------------
@@ -299,7 +180,7 @@ def _configuration(p: _Pass) -> None:
     try:
         spec = QueueConsumerSpec.model_validate(dict(i.spec))
     except ValidationError as err:
-        p.problem = (ConfigReason.INVALID_SPEC, f"The QueueConsumer is invalid: {_lines(err, 'spec.')}")
+        p.problem = (ConfigReason.INVALID_SPEC, f"The QueueConsumer is invalid: {explain_lines(err, 'spec.')}")
     if i.policy is None:
         p.problem = p.problem or (ConfigReason.POLICY_NOT_FOUND,
                                   f'PoisonPolicy "{ref}" does not exist in namespace "{i.namespace}"; '
@@ -309,7 +190,7 @@ def _configuration(p: _Pass) -> None:
             p.policy = PoisonPolicySpec.model_validate(dict(i.policy))
         except ValidationError as err:
             p.problem = p.problem or (ConfigReason.POLICY_INVALID,
-                                      f'PoisonPolicy "{ref}" is invalid: {_lines(err, "spec.")}')
+                                      f'PoisonPolicy "{ref}" is invalid: {explain_lines(err, "spec.")}')
     if p.problem is None and spec is not None and p.policy is not None:
         try:
             p.settings = resolve(spec, p.policy, name=i.name, namespace=i.namespace)
@@ -354,7 +235,7 @@ def _disable(p: _Pass) -> None:
     if not p.disabled:
         evidence: tuple[str, str] | None = None
         s, t = p.i.sample, p.i.termination
-        if s is not None and s.disabled in DISABLE_REASONS and _fresh(s.at, p.resumed_at):
+        if s is not None and s.disabled in DISABLE_REASONS and fresh(s.at, p.resumed_at):
             evidence = (s.disabled, "the consumer's metrics report it (antidote_queue_disabled)")
         elif t is not None and t.reason is not None and t.after(p.resumed_at):
             where = "its pod" if t.source == "pod" else "the dev runner's process"
@@ -482,19 +363,19 @@ def _poison(p: _Pass, counts: Counts | None, last: LastPoison | None) -> PoisonM
         waiting = [kinds[k] for k in ("poison", "dlq") if k in kinds]
         disposition = last.disposition if last else (policy.disposition if policy else "Move")
         if waiting and sum(waiting) == 0 and disposition in ("Move", "Reject"):
-            p.put(POISON, False, PoisonConditionReason.DRAINED, _poison_summary(counts, last)
+            p.put(POISON, False, PoisonConditionReason.DRAINED, poison_summary(counts, last)
                   + "; the poison and dead-letter topics are empty now.")
         else:
             reason = POISON_CONDITION_REASONS.get(last.reason, PoisonConditionReason.POISON_MESSAGES) \
                 if last else PoisonConditionReason.POISON_MESSAGES
-            p.put(POISON, True, reason, _poison_summary(counts, last) + ".")
+            p.put(POISON, True, reason, poison_summary(counts, last) + ".")
     if poisoned <= baseline:
         return PoisonMemory(baseline=poisoned, last_event=memory.last_event)
     interval = timedelta(seconds=i.poison_event_interval)
     if memory.last_event is None or p.now >= memory.last_event + interval:
         assert counts is not None
         p.events.append(Event("Warning", "PoisonDetected", f"{poisoned - baseline} new poison message(s): "
-                              + _poison_summary(counts, last) + "."))
+                              + poison_summary(counts, last) + "."))
         return PoisonMemory(baseline=poisoned, last_event=p.now)
     p.recheck(memory.last_event + interval)
     return PoisonMemory(baseline=baseline, last_event=memory.last_event)
@@ -506,37 +387,3 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
     patch: dict[str, Any] = {k: v for k, v in new.items() if old_norm.get(k) != v}
     patch.update({k: None for k in old_norm if k not in new})
     return patch
-
-
-# --- PoisonPolicy status -------------------------------------------------------------------
-
-def policy_status(spec: Mapping[str, Any], status: Mapping[str, Any] | None, generation: int,
-                  now: datetime | None = None) -> tuple[dict[str, Any], Event | None]:
-    """The PoisonPolicy's status (maxAttempts feeds its Attempts column) and a Warning
-    Event when it turns invalid."""
-    from antidote_api.policy import PoisonPolicyStatus
-    from antidote_api.semantics import max_attempts
-
-    now = (now or datetime.now(timezone.utc)).replace(microsecond=0)
-    try:
-        cur = PoisonPolicyStatus.model_validate(dict(status or {}))
-    except ValidationError:
-        cur = PoisonPolicyStatus()
-    conds = list(cur.conditions or [])
-    before = find_condition(conds, READY)
-    event = None
-    try:
-        policy = PoisonPolicySpec.model_validate(dict(spec))
-    except ValidationError as err:
-        message = f"The PoisonPolicy is invalid: {_lines(err, 'spec.')}"
-        conds = set_condition(conds, condition(READY, False, "PolicyInvalid", message, generation, now), now)
-        if before is None or (before.reason, before.message) != ("PolicyInvalid", message):
-            event = Event("Warning", "PolicyInvalid", message)
-        attempts = cur.max_attempts
-    else:
-        attempts = max_attempts(policy)
-        message = (f"Valid; a failing message is attempted {attempts} time(s), then "
-                   f"{policy.disposition}.")
-        conds = set_condition(conds, condition(READY, True, "Valid", message, generation, now), now)
-    new = PoisonPolicyStatus(observed_generation=generation, max_attempts=attempts, conditions=conds)
-    return new.wire(), event

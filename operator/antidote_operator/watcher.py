@@ -25,7 +25,7 @@ import aiohttp
 
 from antidote_api.wire import DISABLE_REASONS, METRIC_PREFIX, Metric
 
-from .status import LastPoisonSample, Sample
+from .observations import LastPoisonSample, Sample
 
 if TYPE_CHECKING:
     from .context import Context

@@ -6,8 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 from antidote_api.conditions import find_condition
 from antidote_api.consumer import QueueConsumerStatus
-from antidote_operator.status import (DeploymentView, Inputs, LastPoisonSample, PoisonMemory, Sample,
-                                      Termination, decide, policy_status, status_patch)
+from antidote_operator.observations import DeploymentView, LastPoisonSample, PoisonMemory, Sample, Termination
+from antidote_operator.policy_status import policy_status
+from antidote_operator.status import Inputs, decide, status_patch
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 SPEC = {"policyRef": {"name": "p"},

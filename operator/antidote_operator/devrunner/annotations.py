@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from antidote_api.times import parse_time
 
-from ..status import Termination
+from ..observations import Termination
 
 DEV_RUNNER = "antidote.dev/dev-runner"
 DEV_RUNNER_PID = "antidote.dev/dev-runner-pid"
