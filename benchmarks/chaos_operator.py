@@ -32,20 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from benchmarks.chaos import (CYCLES, PARTITIONS, Audit, audit, log, manifests, start, write_source,
+                              written)
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-
-from antidote_api.semantics import EffectiveSettings
-from antidote_cli.oncall import RESUME_ANNOTATION
-from antidote_devstack import stack as devstack
-from antidote_operator.reader_jobs import DRAIN_ANNOTATION, REQUEST_ANNOTATION, drain_job_name
-from benchmarks.chaos import (CYCLES, PARTITIONS, Audit, audit, log, manifests, start, write_source,
-                              written)
 from tests.integration.operator_util import (Cluster, Operator, consumer, install_crds, policy,
                                              wait_for)
+import yaml
+
+from antidote_api.names import drain_job_name
+from antidote_api.semantics import EffectiveSettings
+from antidote_api.wire import DRAIN_ANNOTATION
+from antidote_cli.oncall import RESUME_ANNOTATION
+from antidote_devstack import stack as devstack
+from antidote_operator.builders.reader_job import REQUEST_ANNOTATION
 
 # The reasons an action's transition posts (one Event each, at most).
 REASONS = ("Paused", "Resumed", "ReaderJobStarted", "ReaderJobSucceeded")

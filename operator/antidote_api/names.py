@@ -10,7 +10,9 @@ contain, so `team-a/orders` and `team/a-orders` never fence each other or share 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -85,3 +87,29 @@ def child_names(consumer: str) -> Children:
 
 def reader_service_account(consumer: str) -> str:
     return f"{consumer}-reader"
+
+
+# Reader Jobs: `<consumer>-reader-<slug>-<hash of the trigger instance>`. Slugs are short: a
+# 40-character consumer name + "-reader-" + slug + "-" + 8 hex digits fits the 63 of a label
+# value. Names come from the trigger instance (the request id, the slot, the newest Job before
+# it), so an operator that restarts between creating a Job and recording it makes the same one.
+READER_TRIGGER_SLUGS = ("drain", "sched", "depth")
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def reader_job_name(consumer: str, trigger: str, instance: str) -> str:
+    if trigger not in READER_TRIGGER_SLUGS:
+        raise ValueError(f"unknown reader trigger {trigger!r}")
+    return f"{consumer}-reader-{trigger}-{short_hash(instance)}"
+
+
+def drain_job_name(consumer: str, request_id: str) -> str:
+    """The reader Job `antidote drain` asks for (the CLI waits for it by this name)."""
+    return reader_job_name(consumer, "drain", request_id)
+
+
+def schedule_job_name(consumer: str, slot: datetime) -> str:
+    return reader_job_name(consumer, "sched", slot.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%MZ"))

@@ -22,7 +22,7 @@ from typing import Any
 
 from antidote_api import headers as hn
 from antidote_api.drain import DrainRequest
-from antidote_api.names import reader_group_id, settings_configmap
+from antidote_api.names import drain_job_name, reader_group_id, settings_configmap
 from antidote_api.times import format_ms, parse_iso
 from antidote_api.types import GROUP, VERSION
 from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, RESUME_ANNOTATION, SETTINGS_KEY
@@ -374,7 +374,6 @@ def job_report(k: Cluster, job: Any) -> str | None:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    from antidote_operator.reader_jobs import drain_job_name
 
     req = drain_request(args)  # a bad argument is named before any cluster is asked
     k = Cluster(args)

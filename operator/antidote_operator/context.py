@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import kube
-from .builders import RenderOptions
+from .builders.driver import RenderOptions
 from .metrics import OperatorMetrics
 from .peering import PeeringGate, own_identity
-from .reader_jobs import JobIndex, JobOptions
-from .state import Registry
+from .builders.reader_job import JobOptions
+from .state import JobIndex, Registry
 
 if TYPE_CHECKING:
     from .devrunner import DevRunner

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from antidote_api.times import parse_time
+from antidote_api.names import reader_service_account
 from antidote_api.semantics import EffectiveSettings
+from antidote_api.times import parse_time
 
 from . import kube
 from . import reader_jobs as rj
-from .builders import LABEL_CONSUMER
+from .builders import reader_job
+from .builders.driver import LABEL_CONSUMER
 from .status import Event
 
 if TYPE_CHECKING:
@@ -75,7 +77,7 @@ async def _ensure_listed(ctx: Context, ns: str) -> None:
     idx = ctx.reader_index
     if ns in idx.listed:
         return
-    for body in await ctx.kube.list(kube.JOB, ns, f"{LABEL_CONSUMER},app.kubernetes.io/component={rj.COMPONENT}"):
+    for body in await ctx.kube.list(kube.JOB, ns, f"{LABEL_CONSUMER},app.kubernetes.io/component={reader_job.COMPONENT}"):
         idx.put(ns, body)
     idx.listed.add(ns)
 
@@ -83,10 +85,10 @@ async def _ensure_listed(ctx: Context, ns: str) -> None:
 async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSettings,
                       spawn: rj.Spawn, depth: int | None) -> rj.JobView | None:
     ns, name = qc["metadata"]["namespace"], qc["metadata"]["name"]
-    sa = rj.build_reader_service_account(name)
-    job = rj.build_reader_job(settings, ctx.options.render, trigger=spawn.trigger, name=spawn.name,
+    sa = reader_job.build_reader_service_account(name)
+    job = reader_job.build_reader_job(settings, ctx.options.render, trigger=spawn.trigger, name=spawn.name,
                               request=spawn.request, depth=depth, job_opts=ctx.options.reader_jobs)
-    rj.adopt(qc, sa, job)
+    reader_job.adopt(qc, sa, job)
     if await kube.apply(ctx.kube, sa) == "created":
         ctx.metrics.child_writes.labels("ServiceAccount", "created").inc()
     try:
@@ -152,7 +154,7 @@ def count(ctx: Context, ns: str, name: str, t: rj.Transition) -> None:
 
 async def delete_reader_objects(ctx: Context, namespace: str, name: str, uid: str) -> list[str]:
     deleted: list[str] = []
-    for job in await ctx.kube.list(kube.JOB, namespace, f"{LABEL_CONSUMER}={name},app.kubernetes.io/component={rj.COMPONENT}"):
+    for job in await ctx.kube.list(kube.JOB, namespace, f"{LABEL_CONSUMER}={name},app.kubernetes.io/component={reader_job.COMPONENT}"):
         owners = job["metadata"].get("ownerReferences") or []
         if any(o.get("uid") == uid for o in owners):
             # Background: the Job's pods go too (the API's default for Jobs orphans them).
@@ -161,9 +163,9 @@ async def delete_reader_objects(ctx: Context, namespace: str, name: str, uid: st
                                        "propagationPolicy": "Background"})
             if out is not None:
                 deleted.append(f"Job/{job['metadata']['name']}")
-    sa = await ctx.kube.get(kube.SERVICE_ACCOUNT, namespace, rj.service_account_name(name))
+    sa = await ctx.kube.get(kube.SERVICE_ACCOUNT, namespace, reader_service_account(name))
     if sa is not None and any(o.get("uid") == uid for o in sa["metadata"].get("ownerReferences") or []):
-        if await ctx.kube.delete(kube.SERVICE_ACCOUNT, namespace, rj.service_account_name(name)):
-            deleted.append(f"ServiceAccount/{rj.service_account_name(name)}")
+        if await ctx.kube.delete(kube.SERVICE_ACCOUNT, namespace, reader_service_account(name)):
+            deleted.append(f"ServiceAccount/{reader_service_account(name)}")
     ctx.reader_index.forget(namespace, name)
     return deleted

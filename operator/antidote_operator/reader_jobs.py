@@ -15,149 +15,30 @@ creating a Job and recording it creates the same name again: 409, adopted, never
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import kopf
 
-from antidote_api.times import parse_time
 from antidote_api.consumer import ReaderJob
-from antidote_api.drain import DrainRequest, parse_drain
-from antidote_api.wire import DRAIN_ANNOTATION
+from antidote_api.drain import parse_drain
+from antidote_api.names import drain_job_name, reader_job_name, schedule_job_name
 from antidote_api.semantics import EffectiveSettings
+from antidote_api.times import parse_time
+from antidote_api.wire import DRAIN_ANNOTATION
 
-from . import builders, cron
-from .builders import CONFIG_DIR, LABEL_CONSUMER, MANAGED_BY, SETTINGS_KEY, RenderOptions
-from .devrunner.annotations import DEV_RUNNER_REPORT
+from . import cron
+from .builders.driver import LABEL_CONSUMER
+from .builders.reader_job import (ACTION_ANNOTATION, CONTAINER, DEPTH_ANNOTATION, TRIGGER_LABEL,
+                                  JobOptions)
 from .status import Event
 
-TRIGGER_LABEL = "antidote.dev/reader-trigger"
-ACTION_ANNOTATION = "antidote.dev/reader-action"
-DEPTH_ANNOTATION = "antidote.dev/poison-depth"
-REQUEST_ANNOTATION = "antidote.dev/drain-request"
-COMPONENT = "reader"
-CONTAINER = "reader"
-TERMINATION_LOG = "/dev/termination-log"
 MAX_STATUS_JOBS = 16
 
-# Trigger -> (name slug, status.readerJobs[].trigger). Slugs are short: a 40-character
-# consumer name + "-reader-" + slug + "-" + 8 hex digits fits the 63 of a label value.
+# Trigger name slug (antidote_api.names.READER_TRIGGER_SLUGS) -> status.readerJobs[].trigger.
 TRIGGERS = {"drain": "Manual", "sched": "Schedule", "depth": "PoisonDepth"}
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """Operator-wide limits of reader Jobs."""
-
-    active_deadline_seconds: int = 3600
-    ttl_seconds_after_finished: int = 7 * 86400
-    backoff_limit: int = 0  # a failed reader is reported, not retried behind on-call's back
-    schedule_deadline_seconds: int = 300  # a slot missed by more than this is skipped
-
-
-# --- names and manifests ---------------------------------------------------------------------
-
-def short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
-def job_name(consumer: str, trigger: str, instance: str) -> str:
-    """`<consumer>-reader-<drain|sched|depth>-<hash of the trigger instance>`."""
-    if trigger not in TRIGGERS:
-        raise ValueError(f"unknown reader trigger {trigger!r}")
-    return f"{consumer}-reader-{trigger}-{short_hash(instance)}"
-
-
-def drain_job_name(consumer: str, request_id: str) -> str:
-    return job_name(consumer, "drain", request_id)
-
-
-def schedule_job_name(consumer: str, slot: datetime) -> str:
-    return job_name(consumer, "sched", slot.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%MZ"))
-
-
-def service_account_name(consumer: str) -> str:
-    return f"{consumer}-reader"
-
-
-def labels(consumer: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "antidote-consumer", "app.kubernetes.io/instance": consumer,
-            "app.kubernetes.io/component": COMPONENT, "app.kubernetes.io/managed-by": MANAGED_BY,
-            LABEL_CONSUMER: consumer}
-
-
-def build_reader_service_account(consumer: str) -> dict[str, Any]:
-    """The reader talks to Kafka only: no Role, and no API token in its pod."""
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": service_account_name(consumer), "labels": labels(consumer)},
-            "automountServiceAccountToken": False}
-
-
-def reader_args(request: DrainRequest | None) -> list[str]:
-    return (["reader", "--settings", f"{CONFIG_DIR}/{SETTINGS_KEY}", "--report-file", TERMINATION_LOG]
-            + (request.args() if request is not None else []))
-
-
-def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigger: str, name: str,
-                     request: DrainRequest | None = None, depth: int | None = None,
-                     job_opts: JobOptions = JobOptions()) -> dict[str, Any]:
-    consumer = settings.consumer
-    memory = builders.quantity_mib(builders.container_memory_mib(settings.spark.driver.memory))
-    action = (request.action if request and request.action else None) or settings.reader.action
-    job_labels = {**labels(consumer), TRIGGER_LABEL: trigger}
-    annotations = {ACTION_ANNOTATION: action}
-    if depth is not None:
-        annotations[DEPTH_ANNOTATION] = str(depth)
-    if request is not None:
-        annotations[REQUEST_ANNOTATION] = request.annotation()
-    volumes, mounts = builders.settings_volumes(settings, only_settings=True)
-    container = {
-        "name": CONTAINER,
-        "image": settings.spark.image or opts.image,
-        "imagePullPolicy": opts.image_pull_policy,
-        "command": ["antidote"],
-        "args": reader_args(request),
-        # No SPARK_CONF_DIR: the cluster-mode spark-defaults would ask for executor pods,
-        # which this ServiceAccount may not create; an Archive runs Spark in the pod.
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-        "resources": {"requests": {"cpu": "500m", "memory": memory}, "limits": {"memory": memory}},
-        "volumeMounts": mounts,
-        # The JSON report goes to the termination log; logs' tail if it crashed before.
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-    }
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": job_labels, "annotations": annotations},
-        "spec": {
-            "backoffLimit": job_opts.backoff_limit,
-            "activeDeadlineSeconds": job_opts.active_deadline_seconds,
-            "ttlSecondsAfterFinished": job_opts.ttl_seconds_after_finished,
-            "template": {
-                "metadata": {"labels": {**job_labels}, "annotations": {ACTION_ANNOTATION: action}},
-                "spec": {
-                    "serviceAccountName": service_account_name(consumer),
-                    "automountServiceAccountToken": False,
-                    "restartPolicy": "Never",
-                    "securityContext": {"runAsNonRoot": True,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [container],
-                    "volumes": volumes,
-                },
-            },
-        },
-    }
-
-
-def adopt(owner: Mapping[str, Any], *objs: dict[str, Any]) -> None:
-    """Owned by the QueueConsumer; its labels on the Job and the pod template."""
-    kopf.adopt(list(objs), owner=dict(owner), nested="spec.template")  # type: ignore[arg-type]
 
 
 # --- what a Job says ---------------------------------------------------------------------------
@@ -331,7 +212,7 @@ def plan(*, consumer: str, settings: EffectiveSettings, annotations: Mapping[str
         mark = (last[1] or 0) if last else 0
         if depth - mark >= trig.poison_depth and depth >= trig.poison_depth:
             instance = f"depth:{mark}:{last[0] if last else ''}"
-            name = job_name(consumer, "depth", instance)
+            name = reader_job_name(consumer, "depth", instance)
             if name not in known:
                 out.spawn = Spawn(name, "depth", None, f"{depth - mark} new poison message(s) "
                                   f"(reader.trigger.poisonDepth {trig.poison_depth})")
@@ -396,36 +277,3 @@ def transitions(stored: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, 
                                         f"Reader Job {e['name']}: {e['message']}"), trig,
                                   "succeeded" if ok else "failed"))
     return out
-
-
-@dataclass
-class JobIndex:
-    """Reader Jobs and their reports per consumer, fed by the watch streams (no list call
-    per decision; one list per namespace the first time, as the stream may not have
-    delivered them yet after a restart)."""
-
-    jobs: dict[tuple[str, str], dict[str, JobView]] = field(default_factory=dict)
-    reports: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, job) -> report
-    listed: set[str] = field(default_factory=set)  # namespaces listed once
-
-    def put(self, namespace: str, body: Mapping[str, Any], deleted: bool = False) -> JobView | None:
-        view = job_view(body)
-        if view is None:
-            return None
-        per = self.jobs.setdefault((namespace, view.consumer), {})
-        if deleted:
-            per.pop(view.name, None)
-            self.reports.pop((namespace, view.name), None)
-        else:
-            per[view.name] = view
-            rep = ((body.get("metadata") or {}).get("annotations") or {}).get(DEV_RUNNER_REPORT)
-            if rep:
-                self.reports[(namespace, view.name)] = rep
-        return view
-
-    def of(self, namespace: str, consumer: str) -> list[JobView]:
-        return list(self.jobs.get((namespace, consumer), {}).values())
-
-    def forget(self, namespace: str, consumer: str) -> None:
-        for name in self.jobs.pop((namespace, consumer), {}):
-            self.reports.pop((namespace, name), None)

@@ -22,14 +22,15 @@ import kopf
 from antidote_api.names import child_names
 from antidote_api.times import parse_time
 from antidote_api.types import API_VERSION
+from antidote_api.wire import DRAIN_ANNOTATION
 
-from . import builders, kube, reader_control
-from .builders import LABEL_CONSUMER, RenderOptions
+from . import kube, reader_control
+from .builders import driver
+from .builders.driver import LABEL_CONSUMER, RenderOptions
 from .context import Context, brief
 from .devrunner.annotations import DEV_RUNNER_METRICS, dev_runner_termination
-from .reader_jobs import DRAIN_ANNOTATION
-from .state import ConsumerState
 from .observations import DeploymentView, Termination
+from .state import ConsumerState
 from .status import PROBE_ANNOTATION, RESUME_ANNOTATION, Event, Inputs, decide, status_patch
 
 log = logging.getLogger("antidote.operator")
@@ -112,7 +113,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         # they can differ from what this process last applied.
         key = render_key(qc, d.settings, opts)
         if verify or key != st.rendered:
-            children = builders.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
+            children = driver.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
             await _ensure_spark_auth_secret(ctx, qc)
             for child in children:
                 action = await kube.apply(ctx.kube, child)
@@ -195,7 +196,7 @@ async def _ensure_spark_auth_secret(ctx: Context, qc: Mapping[str, Any]) -> None
     QueueConsumer, never read back nor rotated by the operator (it may not read Secrets).
     Deleting the Secret makes the next reconcile create a new one; the driver reads it at
     start, so roll the driver after that."""
-    secret = builders.build_spark_auth_secret(qc["metadata"]["name"], secrets.token_bytes(32))
+    secret = driver.build_spark_auth_secret(qc["metadata"]["name"], secrets.token_bytes(32))
     kopf.adopt(secret, owner=dict(qc))  # type: ignore[arg-type]
     if await kube.create_once(ctx.kube, secret) == "created":
         ctx.metrics.child_writes.labels("Secret", "created").inc()
@@ -242,7 +243,7 @@ def pod_termination(pod: Mapping[str, Any]) -> Termination | None:
     """The driver container's latest termination (state or lastState), as the kubelet reports it."""
     best: Termination | None = None
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") != builders.CONTAINER:
+        if cs.get("name") != driver.CONTAINER:
             continue
         for where in ("state", "lastState"):
             term = (cs.get(where) or {}).get("terminated")

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from datetime import datetime
+from typing import Any
 
+from .devrunner.annotations import DEV_RUNNER_REPORT
 from .observations import DeploymentView, PoisonMemory, Sample, Termination
+from .reader_jobs import JobView, job_view
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -63,3 +66,36 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+@dataclass
+class JobIndex:
+    """Reader Jobs and their reports per consumer, fed by the watch streams (no list call
+    per decision; one list per namespace the first time, as the stream may not have
+    delivered them yet after a restart)."""
+
+    jobs: dict[tuple[str, str], dict[str, JobView]] = field(default_factory=dict)
+    reports: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, job) -> report
+    listed: set[str] = field(default_factory=set)  # namespaces listed once
+
+    def put(self, namespace: str, body: Mapping[str, Any], deleted: bool = False) -> JobView | None:
+        view = job_view(body)
+        if view is None:
+            return None
+        per = self.jobs.setdefault((namespace, view.consumer), {})
+        if deleted:
+            per.pop(view.name, None)
+            self.reports.pop((namespace, view.name), None)
+        else:
+            per[view.name] = view
+            rep = ((body.get("metadata") or {}).get("annotations") or {}).get(DEV_RUNNER_REPORT)
+            if rep:
+                self.reports[(namespace, view.name)] = rep
+        return view
+
+    def of(self, namespace: str, consumer: str) -> list[JobView]:
+        return list(self.jobs.get((namespace, consumer), {}).values())
+
+    def forget(self, namespace: str, consumer: str) -> None:
+        for name in self.jobs.pop((namespace, consumer), {}):
+            self.reports.pop((namespace, name), None)

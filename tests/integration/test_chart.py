@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from antidote_operator import builders
+from antidote_operator.builders import driver as builders
 
 from ..api_cases import ROOT
 

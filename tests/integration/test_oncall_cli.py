@@ -8,11 +8,12 @@ import os
 import subprocess
 from pathlib import Path
 
+from kubernetes import client
 import pytest
 import yaml
-from kubernetes import client
 
-from antidote_operator.reader_jobs import drain_job_name, parse_drain
+from antidote_api.drain import parse_drain
+from antidote_api.names import drain_job_name
 
 from . import consumer_util
 from .kafka_io import produce, read_all

@@ -17,8 +17,8 @@ import yaml
 from kubernetes import client
 
 from antidote_api import PoisonPolicySpec, QueueConsumerSpec, resolve
-from antidote_operator import builders
-from antidote_operator.builders import RenderOptions
+from antidote_operator.builders import driver as builders
+from antidote_operator.builders.driver import RenderOptions
 
 pytestmark = pytest.mark.integration
 

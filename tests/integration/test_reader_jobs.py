@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import sys
+import time
 import urllib.request
 from datetime import datetime, timezone
 
-import pytest
 from kubernetes import client
+import pytest
 
-from antidote_operator.reader_jobs import drain_job_name
+from antidote_api.names import drain_job_name
 
 from .kafka_io import produce, read_all
 from .operator_util import ANTIDOTE, Cluster, consumer, install_crds, operator, policy, wait_for

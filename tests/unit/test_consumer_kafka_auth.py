@@ -78,7 +78,7 @@ def test_read_secret_root_from_the_environment(tmp_path: Path, monkeypatch: pyte
 
 
 def test_default_root_is_where_the_operator_mounts_secrets() -> None:
-    from antidote_operator.builders import SECRETS_DIR
+    from antidote_operator.builders.driver import SECRETS_DIR
 
     assert ka.DEFAULT_SECRETS_DIR == SECRETS_DIR
 

@@ -7,8 +7,8 @@ import yaml
 
 from antidote_api import PoisonPolicySpec, QueueConsumerSpec, resolve
 from antidote_api.semantics import EffectiveSettings
-from antidote_operator import builders
-from antidote_operator.builders import RenderOptions, build_children
+from antidote_operator.builders import driver as builders
+from antidote_operator.builders.driver import RenderOptions, build_children
 
 OWNER = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
          "metadata": {"name": "orders", "namespace": "shop", "uid": "uid-1", "labels": {"team": "pay"}}}

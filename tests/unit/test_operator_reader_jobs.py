@@ -9,10 +9,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from antidote_api import PoisonPolicySpec, QueueConsumerSpec, resolve
+from antidote_api import names
 from antidote_api.consumer import QueueConsumerStatus
+from antidote_api.drain import DrainRequest
+from antidote_api.wire import DRAIN_ANNOTATION
 from antidote_operator import cron
 from antidote_operator import reader_jobs as rj
-from antidote_operator.builders import RenderOptions
+from antidote_operator.builders import reader_job
+from antidote_operator.builders.driver import RenderOptions
+from antidote_operator.state import JobIndex
 
 OWNER = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
          "metadata": {"name": "orders", "namespace": "shop", "uid": "uid-1", "labels": {"team": "pay"}}}
@@ -33,10 +38,10 @@ def settings(reader: dict | None = None, **over):
 
 def test_job_runs_the_reader_with_the_consumer_image_settings_and_secrets() -> None:
     s = settings(spark={"image": "shop/consumer:7"})
-    job = rj.build_reader_job(s, RenderOptions(), trigger="drain", name="orders-reader-drain-x",
-                              request=rj.DrainRequest(id="r1", action="Redrive", rate=50,
+    job = reader_job.build_reader_job(s, RenderOptions(), trigger="drain", name="orders-reader-drain-x",
+                              request=DrainRequest(id="r1", action="Redrive", rate=50,
                                                       error_classes=("KeyError",)))
-    rj.adopt(OWNER, job)
+    reader_job.adopt(OWNER, job)
     spec = job["spec"]
     pod = spec["template"]["spec"]
     (c,) = pod["containers"]
@@ -69,14 +74,14 @@ def test_job_runs_the_reader_with_the_consumer_image_settings_and_secrets() -> N
 
 
 def test_without_a_request_the_policy_decides_the_action() -> None:
-    job = rj.build_reader_job(settings({"action": "Drop"}), RenderOptions(), trigger="sched",
+    job = reader_job.build_reader_job(settings({"action": "Drop"}), RenderOptions(), trigger="sched",
                               name="n", depth=12)
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--report-file", "/dev/termination-log"]
     assert job["metadata"]["annotations"] == {"antidote.dev/reader-action": "Drop", "antidote.dev/poison-depth": "12"}
 
 
 def test_the_reader_service_account_has_no_token_and_no_role() -> None:
-    sa = rj.build_reader_service_account("orders")
+    sa = reader_job.build_reader_service_account("orders")
     assert sa["kind"] == "ServiceAccount" and sa["metadata"]["name"] == "orders-reader"
     assert sa["automountServiceAccountToken"] is False
 
@@ -86,15 +91,15 @@ def test_the_reader_service_account_has_no_token_and_no_role() -> None:
 def test_names_are_deterministic_distinct_and_fit_63() -> None:
     longest = "a" * 40
     for trig in rj.TRIGGERS:
-        name = rj.job_name(longest, trig, "x")
+        name = names.reader_job_name(longest, trig, "x")
         assert len(name) <= 63 and name.startswith(f"{longest}-reader-{trig}-")
-    assert rj.drain_job_name("orders", "r1") == rj.drain_job_name("orders", "r1")
-    assert rj.drain_job_name("orders", "r1") != rj.drain_job_name("orders", "r2")
+    assert names.drain_job_name("orders", "r1") == names.drain_job_name("orders", "r1")
+    assert names.drain_job_name("orders", "r1") != names.drain_job_name("orders", "r2")
     slot = datetime(2026, 11, 22, 10, 5, tzinfo=timezone.utc)
-    assert rj.schedule_job_name("orders", slot) == rj.schedule_job_name("orders", slot.replace(second=30))
-    assert rj.schedule_job_name("orders", slot) != rj.schedule_job_name("orders", slot + timedelta(minutes=1))
+    assert names.schedule_job_name("orders", slot) == names.schedule_job_name("orders", slot.replace(second=30))
+    assert names.schedule_job_name("orders", slot) != names.schedule_job_name("orders", slot + timedelta(minutes=1))
     with pytest.raises(ValueError):
-        rj.job_name("orders", "manual", "x")
+        names.reader_job_name("orders", "manual", "x")
 
 
 # --- cron ---------------------------------------------------------------------------------------
@@ -142,22 +147,22 @@ def plan(reader: dict | None = None, *, annotations: dict | None = None, depth: 
 
 
 def test_drain_starts_a_job_named_for_the_request_and_is_consumed() -> None:
-    p = plan(annotations={rj.DRAIN_ANNOTATION: "r1"})
-    assert p.spawn is not None and p.spawn.name == rj.drain_job_name("orders", "r1") and p.consume_drain
+    p = plan(annotations={DRAIN_ANNOTATION: "r1"})
+    assert p.spawn is not None and p.spawn.name == names.drain_job_name("orders", "r1") and p.consume_drain
     # After a restart, the Job exists: only the annotation goes, nothing is started.
-    p = plan(annotations={rj.DRAIN_ANNOTATION: "r1"}, jobs=[view(rj.drain_job_name("orders", "r1"), "Running")])
+    p = plan(annotations={DRAIN_ANNOTATION: "r1"}, jobs=[view(names.drain_job_name("orders", "r1"), "Running")])
     assert p.spawn is None and p.consume_drain
 
 
 def test_one_active_job_per_consumer() -> None:
-    p = plan(annotations={rj.DRAIN_ANNOTATION: "r2"}, jobs=[view("orders-reader-drain-1", "Running")])
+    p = plan(annotations={DRAIN_ANNOTATION: "r2"}, jobs=[view("orders-reader-drain-1", "Running")])
     assert p.spawn is None and not p.consume_drain and "waits for Job orders-reader-drain-1" in p.waiting
     p = plan({"trigger": {"poisonDepth": 5}}, depth=100, jobs=[view("j", "Pending")])
     assert p.spawn is None
 
 
 def test_invalid_drain_is_reported_and_consumed() -> None:
-    p = plan(annotations={rj.DRAIN_ANNOTATION: '{"id": "x", "action": "Move"}'})
+    p = plan(annotations={DRAIN_ANNOTATION: '{"id": "x", "action": "Move"}'})
     assert p.spawn is None and p.consume_drain and "action must be one of" in p.invalid_drain
 
 
@@ -183,7 +188,7 @@ def test_schedule_fires_the_latest_slot_once_within_its_deadline() -> None:
     now = T0 + timedelta(minutes=12)
     p = plan(r, now=now)
     slot = T0 + timedelta(minutes=10)
-    assert p.spawn is not None and p.spawn.name == rj.schedule_job_name("orders", slot)
+    assert p.spawn is not None and p.spawn.name == names.schedule_job_name("orders", slot)
     assert plan(r, now=now, jobs=[view(p.spawn.name, "Succeeded", "sched")]).spawn is None
     assert plan(r, now=now, stored=[{"name": p.spawn.name}]).spawn is None
     assert plan(r, now=slot + timedelta(minutes=6)).spawn is None  # past the 5-minute deadline
@@ -269,7 +274,7 @@ def test_pod_report_is_the_reader_containers_termination_message() -> None:
 
 
 def test_job_index_feeds_from_events() -> None:
-    idx = rj.JobIndex()
+    idx = JobIndex()
     body = job_body("orders-reader-drain-a", {})
     body["metadata"]["annotations"]["antidote.dev/dev-runner-report"] = REPORT
     idx.put("shop", body)
@@ -283,8 +288,8 @@ def test_job_index_feeds_from_events() -> None:
 def test_dev_runner_rewrites_a_reader_jobs_command_for_a_local_process() -> None:
     from antidote_operator.devrunner.local import translate_job
 
-    job = rj.build_reader_job(settings(), RenderOptions(), trigger="drain", name="n",
-                              request=rj.DrainRequest(id="r", action="Drop", dry_run=True))
+    job = reader_job.build_reader_job(settings(), RenderOptions(), trigger="drain", name="n",
+                              request=DrainRequest(id="r", action="Drop", dry_run=True))
     argv, env = translate_job(job["spec"]["template"]["spec"]["containers"][0],
                               settings_path="/tmp/x/settings.yaml", report_path="/tmp/x/report.json")
     assert argv[0].endswith("antidote") or argv[1:3] == ["-m", "antidote_cli.main"]

@@ -16,7 +16,8 @@ import aiohttp
 
 from antidote_devstack.procs import free_port
 
-from .. import builders, kube
+from .. import kube
+from ..builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_METRICS,
                           DEV_RUNNER_PID)
 from .local import (Owner, BACKOFF, FINAL_EXITS, SECRETS_DIR_ENV, _die_with_parent, _now,
@@ -88,14 +89,14 @@ class _Runner:
     async def start(self) -> None:
         k = self.owner.kube
         spec = self.body["spec"]["template"]["spec"]
-        container = next(c for c in spec["containers"] if c["name"] == builders.CONTAINER)
+        container = next(c for c in spec["containers"] if c["name"] == driver.CONTAINER)
         cm_name = next(v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v)
         cm = await k.get(kube.CONFIGMAP, self.ns, cm_name)
-        if cm is None or builders.SETTINGS_KEY not in (cm.get("data") or {}):
-            raise RuntimeError(f"ConfigMap {cm_name} with {builders.SETTINGS_KEY} not found")
+        if cm is None or driver.SETTINGS_KEY not in (cm.get("data") or {}):
+            raise RuntimeError(f"ConfigMap {cm_name} with {driver.SETTINGS_KEY} not found")
         self.dir.mkdir(parents=True, exist_ok=True)
-        settings = self.dir / builders.SETTINGS_KEY
-        settings.write_text(cm["data"][builders.SETTINGS_KEY])
+        settings = self.dir / driver.SETTINGS_KEY
+        settings.write_text(cm["data"][driver.SETTINGS_KEY])
         port = free_port()
         argv, extra_env = translate(container, settings_path=str(settings), metrics_port=port,
                                     master=self.owner.master)

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import builders, kube
+from .. import kube
+from ..builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_PID,
                           DEV_RUNNER_REPORT)
 from .local import (Owner, REPORT_LIMIT, SECRETS_DIR_ENV, _die_with_parent, _finished, _now,
@@ -63,11 +64,11 @@ class _JobRunner:
         container = spec["containers"][0]
         cm_name = next(v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v)
         cm = await k.get(kube.CONFIGMAP, self.ns, cm_name)
-        if cm is None or builders.SETTINGS_KEY not in (cm.get("data") or {}):
-            raise RuntimeError(f"ConfigMap {cm_name} with {builders.SETTINGS_KEY} not found")
+        if cm is None or driver.SETTINGS_KEY not in (cm.get("data") or {}):
+            raise RuntimeError(f"ConfigMap {cm_name} with {driver.SETTINGS_KEY} not found")
         self.dir.mkdir(parents=True, exist_ok=True)
-        settings = self.dir / builders.SETTINGS_KEY
-        settings.write_text(cm["data"][builders.SETTINGS_KEY])
+        settings = self.dir / driver.SETTINGS_KEY
+        settings.write_text(cm["data"][driver.SETTINGS_KEY])
         report = self.dir / "report.json"
         report.unlink(missing_ok=True)
         argv, extra_env = translate_job(container, settings_path=str(settings), report_path=str(report))

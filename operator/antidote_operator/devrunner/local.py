@@ -21,7 +21,8 @@ from urllib.parse import urlparse
 from antidote_api.wire import SPARK_JARS_ENV as JARS_ENV
 from antidote_devstack.build import checkout_spark_jars
 
-from .. import builders, kube
+from .. import kube
+from ..builders import driver
 from .targets import TargetFiles
 
 log = logging.getLogger("antidote.operator.devrunner")
@@ -133,7 +134,7 @@ async def materialize_secrets(k: kube.Kube, namespace: str, pod_spec: Mapping[st
     parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="secrets-", dir=parent))  # mode 0700
     mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or []}
-    prefix = builders.SECRETS_DIR + "/"
+    prefix = driver.SECRETS_DIR + "/"
     try:
         for volume in pod_spec.get("volumes") or []:
             name = (volume.get("secret") or {}).get("secretName")
