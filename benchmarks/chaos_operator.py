@@ -45,7 +45,7 @@ import yaml
 from antidote_api.names import drain_job_name
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import DRAIN_ANNOTATION
-from antidote_cli.oncall import RESUME_ANNOTATION
+from antidote_api.wire import RESUME_ANNOTATION
 from antidote_devstack import stack as devstack
 from antidote_operator.builders.reader_job import REQUEST_ANNOTATION
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import consumer, crds, demo, dev, oncall, operator, skip
+from . import consumer, crds, demo, dev, operator, skip
+from .oncall import commands as oncall
 from . import reader as reader_cli
 
 

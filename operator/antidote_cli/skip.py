@@ -7,7 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from .oncall import CliError, Cluster, _common, _guard
+from .oncall.cluster import CliError, Cluster
+from .oncall.commands import _common, _guard
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -1,4 +1,4 @@
-"""The on-call commands: `antidote inspect|resume|drain|redrive <consumer>`.
+"""The on-call commands and their parser: `antidote inspect|resume|drain|redrive <consumer>`.
 
 Also the kubectl plugin (`kubectl antidote inspect orders -n shop`): kubectl runs the
 `kubectl-antidote` console script with the words after `antidote`, which is this parser.
@@ -7,264 +7,27 @@ consumer's effective settings (ConfigMap `<consumer>-settings`); nothing here co
 offset or writes to Kafka except `redrive`, which runs the reader itself.
 """
 
+
 from __future__ import annotations
 
 import argparse
 import json
 import secrets
 import sys
-import textwrap
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from antidote_api import headers as hn
 from antidote_api.drain import DrainRequest
-from antidote_api.names import drain_job_name, reader_group_id, settings_configmap
-from antidote_api.times import format_ms, parse_iso
-from antidote_api.types import GROUP, VERSION
-from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, RESUME_ANNOTATION, SETTINGS_KEY
+from antidote_api.names import drain_job_name, reader_group_id
+from antidote_api.times import parse_iso
+from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, RESUME_ANNOTATION
 
-PLURAL = "queueconsumers"
-WIDTH = 100
-PAYLOAD_CHARS = 40
-
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit code 1."""
-
-
-# --- the cluster ----------------------------------------------------------------------------
-
-class Cluster:
-    def __init__(self, args: argparse.Namespace):
-        from kubernetes import client, config
-
-        try:
-            contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
-            ctx = next((c for c in contexts if c["name"] == args.context), None) if args.context else active
-            if args.context and ctx is None:
-                raise CliError(f'context "{args.context}" is not in the kubeconfig')
-            cfg = client.Configuration()
-            config.load_kube_config(config_file=args.kubeconfig, context=args.context,
-                                    client_configuration=cfg)
-        except config.ConfigException as err:
-            raise CliError(f"cannot load the kubeconfig: {err}") from None
-        cfg.retries = 1  # an unreachable cluster answers in seconds, not minutes
-        self.host = cfg.host
-        self.namespace = args.namespace or (ctx or {}).get("context", {}).get("namespace") or "default"
-        self.api = client.ApiClient(cfg)
-        self.objs = client.CustomObjectsApi(self.api)
-        self.core = client.CoreV1Api(self.api)
-        self.batch = client.BatchV1Api(self.api)
-
-    def call(self, fn: Any, *a: Any, missing: str | None = None, **kw: Any) -> Any:
-        """One API call with errors in words; `missing` is the message for a 404."""
-        import urllib3
-        from kubernetes.client.rest import ApiException
-
-        try:
-            return fn(*a, _request_timeout=(5, 30), **kw)
-        except ApiException as err:
-            if err.status == 404 and missing is not None:
-                raise CliError(missing) from None
-            try:
-                why = json.loads(err.body).get("message", err.reason)
-            except (TypeError, ValueError):
-                why = err.reason
-            raise CliError(f"the API server at {self.host} answered {err.status}: {why}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            cause = getattr(err, "reason", None) or err
-            text = str(cause).split(": ", 1)[-1] if "Connection refused" not in str(cause) else "connection refused"
-            raise CliError(f"cannot reach the Kubernetes API server at {self.host}: {text}") from None
-
-    def consumer(self, name: str) -> dict[str, Any]:
-        return self.call(self.objs.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
-                         missing=f'queueconsumer "{name}" not found in namespace "{self.namespace}"')
-
-    def settings(self, name: str) -> Any:
-        import yaml
-
-        from antidote_api.semantics import EffectiveSettings
-
-        cm_name = settings_configmap(name)
-        cm = self.call(self.core.read_namespaced_config_map, cm_name, self.namespace,
-                       missing=f'ConfigMap "{cm_name}" not found in namespace "{self.namespace}": '
-                               "the operator writes it; is it running, and is the consumer valid?")
-        text = (cm.data or {}).get(SETTINGS_KEY)
-        if not text:
-            raise CliError(f'ConfigMap "{cm_name}" has no {SETTINGS_KEY}')
-        return EffectiveSettings.model_validate(yaml.safe_load(text))
-
-    def patch_consumer(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self.call(self.objs.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
-                         name, dict(body), missing=f'queueconsumer "{name}" not found in namespace '
-                                                   f'"{self.namespace}"')
-
-
-# --- reading quarantined messages -------------------------------------------------------------
-
-@dataclass
-class Quarantined:
-    topic: str
-    partition: int
-    offset: int
-    origin: str  # original topic/partition/offset
-    reason: str
-    error_class: str
-    attempts: int | None
-    first_failure: str | None
-    last_failure: str | None
-    redrives: int
-    handled: bool  # before the reader group's committed offset
-    payload: str | None = None
-    payload_bytes: int | None = None
-
-
-def quarantined(record_topic: str, partition: int, offset: int, headers: Iterable[tuple[str, bytes | None]],
-                value: bytes | None, handled: bool, show_payload: bool) -> Quarantined:
-    h: dict[str, str] = {}
-    for k, v in headers or ():
-        if v is not None:
-            h[k] = v.decode("utf-8", "replace")
-
-    def num(key: str) -> int | None:
-        try:
-            return int(h[key])
-        except (KeyError, ValueError):
-            return None
-
-    origin = "/".join(str(x) for x in (h.get(hn.ORIGINAL_TOPIC, "?"), h.get(hn.ORIGINAL_PARTITION, "?"),
-                                       h.get(hn.ORIGINAL_OFFSET, "?")))
-    payload = None
-    if show_payload and value is not None:
-        text = value.decode("utf-8", "replace")
-        payload = text if len(text) <= PAYLOAD_CHARS else text[:PAYLOAD_CHARS - 1] + "…"
-    return Quarantined(topic=record_topic, partition=partition, offset=offset, origin=origin,
-                       reason=h.get(hn.REASON, ""), error_class=h.get(hn.ERROR_CLASS, ""),
-                       attempts=num(hn.ATTEMPTS), first_failure=format_ms(h.get(hn.FIRST_FAILURE)),
-                       last_failure=format_ms(h.get(hn.LAST_FAILURE)), redrives=num(hn.REDRIVE_COUNT) or 0,
-                       handled=handled, payload=payload,
-                       payload_bytes=None if not show_payload or value is None else len(value))
-
-
-def matches(q: Quarantined, *, error_classes: Sequence[str], reasons: Sequence[str], since: datetime | None) -> bool:
-    if error_classes and q.error_class not in error_classes:
-        return False
-    if reasons and q.reason not in reasons:
-        return False
-    if since is not None:
-        last = q.last_failure or q.first_failure
-        if last is None or parse_iso(last) < since:
-            return False
-    return True
-
-
-def read_topic(bootstrap: str, topic: str, group: str, *, limit: int, show_payload: bool,
-               props: Mapping[str, str], filters: Mapping[str, Any]) -> tuple[list[Quarantined], int, int]:
-    """(up to `limit` matching messages, how many matched, how many the topic holds).
-    Assigns partitions (no group membership, nothing committed)."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed", **props})
-    try:
-        try:
-            md = c.list_topics(topic, timeout=10).topics.get(topic)
-        except KafkaException as err:
-            raise CliError(f"cannot reach Kafka at {bootstrap}: {err.args[0].str() if err.args else err}; "
-                           "pass --bootstrap-servers when the cluster's brokers are not reachable "
-                           "from here") from None
-        if md is None or md.error is not None:
-            if md is not None and md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                return [], 0, 0
-            raise CliError(f"topic {topic}: {md.error if md else 'not found'}")
-        parts = sorted(md.partitions)
-        tps = [TopicPartition(topic, p) for p in parts]
-        committed = {tp.partition: tp.offset for tp in c.committed(tps, timeout=10)}
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
-        total = 0  # records read (offsets would count transaction markers too)
-        todo = {p for p in parts if ends[p][1] > ends[p][0]}
-        c.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
-        out: list[Quarantined] = []
-        matched = 0
-        while todo:
-            msg = c.poll(10)
-            if msg is None:
-                break  # read_committed: an open transaction holds the rest back
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    todo.discard(msg.partition())
-                    continue
-                raise CliError(f"reading {topic}: {msg.error()}")
-            total += 1
-            done_upto = committed.get(msg.partition(), -1)
-            q = quarantined(msg.topic(), msg.partition(), msg.offset(), msg.headers() or (), msg.value(),
-                            handled=done_upto is not None and done_upto >= 0 and msg.offset() < done_upto,
-                            show_payload=show_payload)
-            if matches(q, **filters):
-                matched += 1
-                if len(out) < limit:
-                    out.append(q)
-            if msg.offset() + 1 >= ends[msg.partition()][1]:
-                todo.discard(msg.partition())
-        return out, matched, total
-    finally:
-        c.close()
-
-
-# --- rendering ------------------------------------------------------------------------------------
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
-def say(text: str) -> None:
-    print("\n".join(textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)))
-
-
-def header_line(qc: Mapping[str, Any]) -> str:
-    meta, status = qc.get("metadata") or {}, qc.get("status") or {}
-    conds = " ".join(f"{c['type']}={c['status']}" + (f"({c['reason']})" if c.get("reason") else "")
-                     for c in status.get("conditions") or [])
-    counts = status.get("counts") or {}
-    nums = ", ".join(f"{k} {counts[k]}" for k in ("processed", "moved", "rejected", "dropped", "retried")
-                     if counts.get(k))
-    line = f"{meta.get('namespace')}/{meta.get('name')}: {conds or 'no status yet'}"
-    return line + (f"; {nums}" if nums else "")
-
-
-COLUMNS = (("ORIGIN", 24), ("REASON", 15), ("ERROR CLASS", 20), ("ATT", 3), ("FIRST FAILURE", 14),
-           ("LAST FAILURE", 14), ("RDR", 3))
-
-
-def render_table(rows: Sequence[Quarantined], *, show_payload: bool = False, width: int = WIDTH,
-                 source: str | None = None) -> list[str]:
-    """The message table: every line at most `width` columns; times in UTC (MM-DD hh:mm:ss).
-    Origins from `source` (the consumer's topic) show as partition/offset only."""
-    def t(s: str | None) -> str:
-        return s[5:19].replace("T", " ") if s else "-"
-
-    lines = []
-    head = [name.ljust(w) for name, w in COLUMNS]
-    lines.append(" ".join(head).rstrip())
-    for q in rows:
-        origin = q.origin.removeprefix(f"{source}/") if source else q.origin
-        cells = [_cut(origin, 23) + "*" if q.handled else _cut(origin, 24), _cut(q.reason, 15), _cut(q.error_class or "-", 20),
-                 str(q.attempts if q.attempts is not None else "-"), t(q.first_failure), t(q.last_failure),
-                 str(q.redrives)]
-        lines.append(" ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS)).rstrip())
-        if show_payload:
-            text = ("null (a tombstone)" if q.payload_bytes is None else
-                    f"({q.payload_bytes} bytes): {json.dumps(q.payload, ensure_ascii=False)}")
-            lines.append(_cut(f"    payload {text}", width))
-    return [_cut(line, width) for line in lines]
-
-
-# --- commands -----------------------------------------------------------------------------------
+from .cluster import CliError, Cluster
+from .quarantine import PAYLOAD_CHARS, inspect_filter, read_topic
+from .table import header_line, render_table, say
 
 def _since(text: str | None, flag: str = "--since") -> datetime | None:
     if text is None:
@@ -287,7 +50,8 @@ def _props(items: Sequence[str]) -> dict[str, str]:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     # The arguments first: a bad one is named before any cluster is asked.
-    filters = {"error_classes": args.error_class or [], "reasons": args.reason or [], "since": _since(args.since)}
+    only = inspect_filter(error_classes=args.error_class or [], reasons=args.reason or [],
+                          since=_since(args.since))
     k = Cluster(args)
     qc = k.consumer(args.consumer)
     s = k.settings(args.consumer)
@@ -295,7 +59,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
     group = reader_group_id(s.namespace, s.consumer)
     rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
-                                      props=_props(args.kafka_property or []), filters=filters)
+                                      props=_props(args.kafka_property or []), only=only)
     if args.output == "json":
         print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
                           "status": qc.get("status") or {}, "total": total, "matched": matched,

@@ -1,0 +1,86 @@
+"""The cluster as the on-call commands read it (like kubectl: --kubeconfig, --context, -n):
+the QueueConsumer, its settings ConfigMap, patches; and the one-line error they all raise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from antidote_api.names import settings_configmap
+from antidote_api.types import GROUP, VERSION
+from antidote_api.wire import SETTINGS_KEY
+
+
+PLURAL = "queueconsumers"
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 1."""
+
+
+class Cluster:
+    def __init__(self, args: argparse.Namespace):
+        from kubernetes import client, config
+
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
+            ctx = next((c for c in contexts if c["name"] == args.context), None) if args.context else active
+            if args.context and ctx is None:
+                raise CliError(f'context "{args.context}" is not in the kubeconfig')
+            cfg = client.Configuration()
+            config.load_kube_config(config_file=args.kubeconfig, context=args.context,
+                                    client_configuration=cfg)
+        except config.ConfigException as err:
+            raise CliError(f"cannot load the kubeconfig: {err}") from None
+        cfg.retries = 1  # an unreachable cluster answers in seconds, not minutes
+        self.host = cfg.host
+        self.namespace = args.namespace or (ctx or {}).get("context", {}).get("namespace") or "default"
+        self.api = client.ApiClient(cfg)
+        self.objs = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+
+    def call(self, fn: Any, *a: Any, missing: str | None = None, **kw: Any) -> Any:
+        """One API call with errors in words; `missing` is the message for a 404."""
+        import urllib3
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return fn(*a, _request_timeout=(5, 30), **kw)
+        except ApiException as err:
+            if err.status == 404 and missing is not None:
+                raise CliError(missing) from None
+            try:
+                why = json.loads(err.body).get("message", err.reason)
+            except (TypeError, ValueError):
+                why = err.reason
+            raise CliError(f"the API server at {self.host} answered {err.status}: {why}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            cause = getattr(err, "reason", None) or err
+            text = str(cause).split(": ", 1)[-1] if "Connection refused" not in str(cause) else "connection refused"
+            raise CliError(f"cannot reach the Kubernetes API server at {self.host}: {text}") from None
+
+    def consumer(self, name: str) -> dict[str, Any]:
+        return self.call(self.objs.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
+                         missing=f'queueconsumer "{name}" not found in namespace "{self.namespace}"')
+
+    def settings(self, name: str) -> Any:
+        import yaml
+
+        from antidote_api.semantics import EffectiveSettings
+
+        cm_name = settings_configmap(name)
+        cm = self.call(self.core.read_namespaced_config_map, cm_name, self.namespace,
+                       missing=f'ConfigMap "{cm_name}" not found in namespace "{self.namespace}": '
+                               "the operator writes it; is it running, and is the consumer valid?")
+        text = (cm.data or {}).get(SETTINGS_KEY)
+        if not text:
+            raise CliError(f'ConfigMap "{cm_name}" has no {SETTINGS_KEY}')
+        return EffectiveSettings.model_validate(yaml.safe_load(text))
+
+    def patch_consumer(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.call(self.objs.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
+                         name, dict(body), missing=f'queueconsumer "{name}" not found in namespace '
+                                                   f'"{self.namespace}"')
