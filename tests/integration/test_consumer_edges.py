@@ -10,7 +10,8 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from antidote_consumer.driver.ledger import load_state
 from antidote_api.wire import ExitCode
-from antidote_consumer.driver.batches import Runtime, running_tasks
+from antidote_consumer.driver.batches import Runtime
+from antidote_consumer.driver.frames import running_tasks
 from antidote_api.names import ledger_topic
 
 from . import consumer_util as cu

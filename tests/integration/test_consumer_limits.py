@@ -22,7 +22,7 @@ from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import resolve
 from antidote_consumer.kafka import headers as h
 from antidote_api.wire import ExitCode
-from antidote_consumer.driver.batches import now_ms
+from antidote_consumer.driver.frames import now_ms
 from antidote_devstack.procs import free_port
 
 from . import consumer_util as cu

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from antidote_consumer.driver.ledger import BATCH, LedgerState
 from antidote_consumer.driver.consumer import starting_offsets
-from antidote_consumer.driver.batches import BatchResult
+from antidote_consumer.driver.frames import BatchResult
 from antidote_consumer.worker.executor import INPUT_FIELDS, _note_ends, arrow_schema
 
 

@@ -12,21 +12,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import DISABLE_EXIT, ExitCode
-from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import auth as kafka_auth
-from antidote_consumer.worker.attempts import Reason, Verdict
+from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.executor import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
 from antidote_consumer.worker.local import MAX_ROWS as MAX_LOCAL_ROWS
 from antidote_consumer.worker.local import LocalWorker
 
+from .frames import (BatchResult, attempts_before, frame, is_job_failure, running_tasks, segment_filter,
+                     skip_key, unaccounted, first_line)
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
 from .metrics import Metrics
+from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, Settler
 
 log = logging.getLogger("antidote.consumer")
 
@@ -46,21 +47,6 @@ class QueueDisabled(Exception):
         return self.codes[self.reason]
 
 
-@dataclass
-class BatchResult:
-    failures: list = field(default_factory=list)  # Rows of RESULT_SCHEMA (retry / final)
-    n_ok: int = 0
-    n_attempts: int = 0
-    ends: dict[tuple[str, int], int] = field(default_factory=dict)  # last offset read, by partition
-
-    def merge(self, other: BatchResult) -> BatchResult:
-        ends = dict(self.ends)
-        for where, last in other.ends.items():
-            ends[where] = max(last, ends.get(where, -1))
-        return BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
-                           self.n_attempts + other.n_attempts, ends)
-
-
 def worker_config(s: EffectiveSettings) -> WorkerConfig:
     sink_kafka = None
     if s.sink is not None and s.sink.kafka is not None:
@@ -74,11 +60,6 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds)
 
 
-# The reason a record that cannot fit its derived topic stops the consumer with (see _fitted).
-TOO_LARGE = "too-large"
-DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size
-BATCH_FRAMING = 1024  # a record batch's header and the producer's own accounting margin
-
 # A task that died on this did not run its messages (see _isolate).
 STALE_WORKER = "java.nio.channels.CancelledKeyException"
 # How long a failed job's killed tasks may take to end (Spark's task reaper would step in
@@ -86,7 +67,7 @@ STALE_WORKER = "java.nio.channels.CancelledKeyException"
 QUIET_TIMEOUT = 30.0
 
 
-class Runtime:
+class Runtime(Settler):
     def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
                  partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None,
                  max_bytes: dict[str, int] | None = None):
@@ -154,7 +135,7 @@ class Runtime:
             new.disabled = self.disabled.reason
         self.ledger.commit(new, keys=("batch",))
         if new.skipped:
-            self.cfg = dataclasses.replace(self.cfg, skip=frozenset(_skip_key(k) for k in new.skipped))
+            self.cfg = dataclasses.replace(self.cfg, skip=frozenset(skip_key(k) for k in new.skipped))
         self.metrics.restore(new.counts, new.attempts)
         self.metrics.consecutive.labels(**self.metrics.ids).set(new.consecutive_failures)
         if self.disabled:
@@ -181,7 +162,7 @@ class Runtime:
                 if self.stopping.is_set():
                     raise  # killed by the stop: the batch runs again after the restart
                 log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
-                            _first_line(err))
+                            first_line(err))
         try:
             return self._collect(self._run_job(df))
         except Exception as err:
@@ -190,7 +171,7 @@ class Runtime:
             raise
 
     def _run_job(self, df) -> list:
-        mapped = _frame(df).mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
+        mapped = frame(df).mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
         sink = self.s.sink
         if sink is not None and sink.path is not None:
             mapped = mapped.persist()
@@ -218,7 +199,7 @@ class Runtime:
             if not self.stopping.is_set():
                 log.info("tasks of the failed job still running after %gs; going on", timeout)
         except Exception as err:  # noqa: BLE001 - best effort: a dead JVM fails the next job anyway
-            log.info("could not read the executors' running tasks: %s", _first_line(err))
+            log.info("could not read the executors' running tasks: %s", first_line(err))
 
     @staticmethod
     def _collect(rows) -> BatchResult:
@@ -260,7 +241,7 @@ class Runtime:
                 # A replayed batch (a crash after the ledger committed it, before the
                 # checkpoint did), or a new checkpoint that starts over: what the ledger
                 # already accounts for is passed over, message by message.
-                df = _unaccounted(df, self.source_floor())
+                df = unaccounted(df, self.source_floor())
                 marked = copy.deepcopy(self.ledger.state)
                 marked.started_batch, marked.in_batch = batch_id, True
                 self.ledger.commit(marked, keys=("batch",))
@@ -311,11 +292,11 @@ class Runtime:
         self.metrics.batch_failures.labels(**self.metrics.ids).inc()
         self.metrics.consecutive.labels(**self.metrics.ids).set(state.consecutive_failures)
         log.warning("batch failed as a whole (%d in a row): %s", state.consecutive_failures,
-                    _first_line(err))
+                    first_line(err))
         return state.consecutive_failures
 
     def _isolate(self, df, err: Exception) -> tuple[BatchResult, list]:
-        df = _frame(df)
+        df = frame(df)
         keys = [tuple(r) for r in df.select("topic", "partition", "offset")
                 .orderBy("topic", "partition", "offset").collect()]
         # Every message of the batch gets its outcome here, the isolated ones too: the ends
@@ -327,7 +308,7 @@ class Runtime:
 
         def run(segment, again: bool = True):
             try:
-                return self.execute(df.filter(_segment_filter(segment)))
+                return self.execute(df.filter(segment_filter(segment)))
             except Exception as seg_err:  # noqa: BLE001
                 if self.stopping.is_set() or not is_job_failure(seg_err):
                     raise
@@ -338,7 +319,7 @@ class Runtime:
                     log.info("segment of %d failed on a stale Python worker (%s): running it again",
                              len(segment), STALE_WORKER)
                     return run(segment, again=False)
-                log.info("segment of %d failed: %s", len(segment), _first_line(seg_err))
+                log.info("segment of %d failed: %s", len(segment), first_line(seg_err))
                 return None
 
         budget = 4 * max(1, math.ceil(math.log2(max(len(keys), 2)))) + 8
@@ -346,7 +327,7 @@ class Runtime:
             iso = bisect(keys, run, budget)
         except RuntimeError as budget_err:
             raise QueueDisabled("ConsecutiveBatchFailures", f"{budget_err}; last error: "
-                                f"{_first_line(err)}") from err
+                                f"{first_line(err)}") from err
         self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions)
         merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
         merged.ends = ends
@@ -356,11 +337,11 @@ class Runtime:
             # Nothing in the batch succeeds on its own: the environment is broken, not a message.
             raise QueueDisabled("ConsecutiveBatchFailures",
                                 f"{self.ledger.state.consecutive_failures} batch failures in a row and "
-                                f"no part of the batch succeeds; last error: {_first_line(err)}")
-        raws = df.filter(_segment_filter(iso.culprits)).collect()
+                                f"no part of the batch succeeds; last error: {first_line(err)}")
+        raws = df.filter(segment_filter(iso.culprits)).collect()
         isolated = [(raw, iso.failures.get((raw.topic, raw.partition, raw.offset), 1)
-                     + self.ledger.state.consecutive_failures + _attempts_before(raw, self.s.source.topic),
-                     _first_line(err)) for raw in raws]
+                     + self.ledger.state.consecutive_failures + attempts_before(raw, self.s.source.topic),
+                     first_line(err)) for raw in raws]
         log.warning("isolated %d message(s) that fail the whole batch in %d re-executions: %s",
                     len(isolated), iso.executions,
                     ", ".join(f"{r.topic}/{r.partition}/{r.offset}" for r, _, _ in isolated))
@@ -382,142 +363,6 @@ class Runtime:
         bad = sum(f for _, _, f in self.window)
         return n >= qd.failure_ratio.min_messages and bad / n >= qd.failure_ratio.threshold
 
-    def _settle(self, result: BatchResult, isolated: list, batch_id: int | None,
-                positions: dict[str, int] | None) -> None:
-        s = self.s
-        if not isolated and self._systemic(result):
-            failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
-            total = result.n_ok + len(result.failures)
-            raise QueueDisabled("SystemicFailure",
-                                f"{failed} of {total} messages failed in this batch (threshold "
-                                f"{s.queue_disable.failure_ratio.threshold:g}); nothing was "
-                                "quarantined and the batch stays unconsumed")
-        finals = [r for r in result.failures if r.kind == Verdict.FINAL.value]
-        if s.disposition == "Fault" and (finals or isolated):
-            r = finals[0] if finals else None
-            where = (f"{r.otopic}/{r.opartition}/{r.ooffset}" if r else
-                     f"{isolated[0][0].topic}/{isolated[0][0].partition}/{isolated[0][0].offset}")
-            why = (f"{r.reason} after {r.attempts} attempts, {r.error_class}" if r
-                   else "batch-isolation")
-            if r is not None:
-                at = _row_at(r)
-            else:
-                raw, attempts, error = isolated[0]
-                at = _isolated_at(raw, attempts, error, 0, now_ms())
-            origin = (h.Origin(r.otopic, r.opartition, r.ooffset, r.ots) if r is not None
-                      else _origin_of(isolated[0][0], s.source.topic)[0])
-            self._last_poison(at["reason"], at["error_class"], origin)  # where it stopped
-            raise QueueDisabled("Fault", f"poison message at {where} ({why}); it and the "
-                                "messages after it stay unconsumed", at)
-
-        now = int(time.time() * 1000)
-        records = []
-        state = copy.deepcopy(self.ledger.state)
-        counts = state.counts
-        counts["processed"] += result.n_ok
-        state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
-        poisoned = []
-        dues: list[int] = []
-        for r in result.failures:
-            user = [(x.key, x.value) for x in (r.headers or [])]
-            origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
-            common = dict(origin=origin, attempts=r.attempts, first_failure=r.first_failure,
-                          last_failure=r.last_failure, error_class=r.error_class,
-                          error_message=r.error_message, stack=r.stack, consumer=self.consumer_id,
-                          policy=s.policy)
-            if r.kind == Verdict.RETRY.value:
-                cycle = r.cycle + 1
-                due = now + s.retries.cycle_delays[r.cycle].ms
-                dues.append(due)
-                hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
-                topic = s.topics.retry[r.cycle]
-                hdrs = self._fitted(topic, r.key, r.value, hdrs, _row_at(r))
-                records.append((topic, r.opartition % self.partitions, r.key, r.value, hdrs))
-                counts["retried"] += 1
-                self.metrics.retries_scheduled.labels(**self.metrics.ids, cycle=str(cycle)).inc()
-                continue
-            poisoned.append((r.reason, r.error_class, origin))
-            records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common, _row_at(r))
-        for raw, attempts, error in isolated:
-            origin, user, cycle = _origin_of(raw, s.source.topic)
-            common = dict(origin=origin, attempts=attempts, first_failure=now, last_failure=now,
-                          error_class="antidote.BatchFailure", error_message=error, stack=None,
-                          consumer=self.consumer_id, policy=s.policy)
-            poisoned.append((Reason.BATCH_ISOLATION.value, "antidote.BatchFailure", origin))
-            records += self._disposition(raw.key, raw.value, user, cycle,
-                                         Reason.BATCH_ISOLATION.value, common,
-                                         _isolated_at(raw, attempts, error, cycle, now))
-        # Fault never gets here with a poisoned message (it stopped above): nothing is counted.
-        outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped", "Fault": "moved"}[s.disposition]
-        counts[outcome] += len(poisoned)
-        state.consecutive_failures = 0
-        if batch_id is not None:
-            state.committed_batch = state.started_batch = batch_id
-            state.in_batch = False
-            source = s.source.topic
-            for (topic, partition), last in result.ends.items():
-                key = f"{topic}:{partition}"
-                if topic == source and last + 1 > state.positions.get(key, 0):
-                    state.positions[key] = last + 1
-        if positions:
-            state.positions.update(positions)
-        self.ledger.commit(state, records)
-        retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
-        if retried:
-            due = min(dues)
-            self.scheduled_due = due if self.scheduled_due is None else min(self.scheduled_due, due)
-            if self.on_scheduled is not None:
-                self.on_scheduled()
-            if self.local is not None:
-                self.local.warm(self.cfg)
-
-        m, ids = self.metrics, self.metrics.ids
-        m.count("processed", result.n_ok)
-        m.count("retried", retried)
-        m.count(outcome, len(poisoned))
-        m.attempts.labels(**ids).inc(result.n_attempts)
-        m.consecutive.labels(**ids).set(0)
-        for reason, error_class, origin in poisoned:
-            m.poison.labels(**ids, reason=reason, disposition=s.disposition).inc()
-        if poisoned:
-            reason, error_class, origin = poisoned[-1]
-            self._last_poison(reason, error_class, origin)
-            log.warning("%d message(s) got disposition %s; last: %s/%d/%d (%s, %s)", len(poisoned),
-                        s.disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
-
-    def _last_poison(self, reason: str, error_class: str | None, origin: h.Origin) -> None:
-        self.metrics.set_last_poison(reason, error_class, origin.topic, origin.partition, origin.offset,
-                                     time.time())
-
-    def _disposition(self, key, value, user, cycle, reason, common, at: dict) -> list:
-        s = self.s
-        if s.disposition == "Drop":
-            return []
-        topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
-        hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
-        hdrs = self._fitted(topic, key, value, hdrs, at)
-        return [(topic, common["origin"].partition % self.partitions, key, value, hdrs)]
-
-    def _fitted(self, topic: str, key, value, hdrs: list, at: dict) -> list:
-        """`hdrs` with Antidote's texts shortened so the record fits `topic`. A record that
-        cannot fit even so (its key, value and own headers alone are too large) stops the
-        consumer at it, as a Fault would, with reason too-large: dropping it would lose it, and
-        a commit the broker refuses would fail the batch over and over. Nothing of the batch
-        is committed; raising the topic's max.message.bytes and resuming processes it."""
-        limit = self.max_bytes.get(topic)
-        if limit is None:
-            return hdrs
-        fitted = h.fit_record(key, value, hdrs, limit)
-        if fitted is not None:
-            return fitted
-        size = h.record_size(key, value, h.user_headers(hdrs))
-        where = f"{at['topic']}/{at['partition']}/{at['offset']}"
-        raise QueueDisabled(
-            "Fault", f"the message at {where} cannot be written to {topic} (reason {TOO_LARGE}): "
-            f"{size} bytes without Antidote's headers, and its max.message.bytes is {limit}; it and "
-            f"the messages after it stay unconsumed. Raise max.message.bytes of {topic}, then resume",
-            {**at, "reason": TOO_LARGE})
-
     def _disable(self, err: QueueDisabled) -> None:
         self.disabled = err
         state = copy.deepcopy(self.ledger.state)
@@ -531,113 +376,4 @@ class Runtime:
         log.error("queue disabled (%s): %s", err.reason, err.message)
 
 
-def running_tasks(spark) -> int:
-    """Tasks the executors are running now, killed ones included until they end."""
-    tracker = spark.sparkContext._jsc.sc().statusTracker()
-    return sum(e.numRunningTasks() for e in tracker.getExecutorInfos())
-
-
-def _frame(df):
-    """A retry batch's DataFrame is made only if a Spark job needs it: building one from
-    driver-side rows costs more than running the batch in the local worker."""
-    return df() if callable(df) else df
-
-
-def is_job_failure(err: BaseException) -> bool:
-    """A failure of the Spark job (a task, a worker, the JVM), not a bug in the driver code."""
-    from py4j.protocol import Py4JError
-    from pyspark.errors.exceptions.captured import CapturedException
-
-    return isinstance(err, (Py4JError, CapturedException))
-
-
-def _origin_of(raw, source_topic: str):
-    """(origin, user headers, cycle) of a record as read. A malformed retry record (not written
-    by Antidote) is taken as it is, like a source record: the worker quarantines it as invalid."""
-    hdrs = [(x.key, x.value) for x in (raw.headers or [])]
-    st = None if raw.topic == source_topic else h.retry_state_or_none(hdrs)
-    if st is None:
-        return h.Origin(raw.topic, raw.partition, raw.offset, raw.ts), hdrs, 0
-    return st.origin, h.user_headers(hdrs), st.cycle
-
-
-def _attempts_before(raw, source_topic: str) -> int:
-    """Handler calls a retry record had in its earlier cycles; 0 for a source record (and for
-    a malformed retry record)."""
-    if raw.topic == source_topic:
-        return 0
-    st = h.retry_state_or_none([(x.key, x.value) for x in (raw.headers or [])])
-    return st.attempts if st is not None else 0
-
-
-def _row_at(r) -> dict:
-    """Where a failed row was read and why, as the ledger records a Fault (`antidote skip`)."""
-    return dict(topic=r.topic, partition=r.partition, offset=r.offset, reason=r.reason,
-                attempts=r.attempts, error_class=r.error_class, error_message=r.error_message,
-                first_failure=r.first_failure, last_failure=r.last_failure, cycle=r.cycle)
-
-
-def _isolated_at(raw, attempts: int, error: str, cycle: int, now: int) -> dict:
-    return dict(topic=raw.topic, partition=raw.partition, offset=raw.offset,
-                reason=Reason.BATCH_ISOLATION.value, attempts=attempts,
-                error_class="antidote.BatchFailure", error_message=error,
-                first_failure=now, last_failure=now, cycle=cycle)
-
-
-def _unaccounted(df, floor: dict[int, int]):
-    """`df` (a source batch) without the records below `floor` (partition -> next offset
-    without an outcome): those were committed with their outcomes by an earlier batch."""
-    if not floor:
-        return df
-    from pyspark.sql import functions as F
-
-    pairs = [x for p, o in sorted(floor.items()) for x in (F.lit(p), F.lit(o))]
-    below = F.coalesce(F.create_map(*pairs)[F.col("partition")], F.lit(0))
-    return df.filter(F.col("offset") >= below)
-
-
-def _segment_filter(keys):
-    """A filter selecting exactly `keys` (topic, partition, offset), as offset ranges."""
-    from pyspark.sql import functions as F
-
-    ranges: dict[tuple[str, int], list[int]] = {}
-    for topic, partition, offset in keys:
-        ranges.setdefault((topic, partition), []).append(offset)
-    cond = None
-    for (topic, partition), offsets in ranges.items():
-        offsets.sort()
-        start = prev = offsets[0]
-        spans = []
-        for o in offsets[1:]:
-            if o != prev + 1:
-                spans.append((start, prev))
-                start = o
-            prev = o
-        spans.append((start, prev))
-        for lo, hi in spans:
-            c = ((F.col("topic") == topic) & (F.col("partition") == partition)
-                 & F.col("offset").between(lo, hi))
-            cond = c if cond is None else cond | c
-    return cond
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _skip_key(text: str) -> tuple[str, int, int]:
-    topic, partition, offset = text.rsplit(":", 2)
-    return topic, int(partition), int(offset)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    for line in text:
-        if line[:1].isspace():
-            continue  # a traceback's frames and source lines, not the error itself
-        if "Error" in line or "Exception" in line:
-            return line.strip()[:300]
-    return (text[0] if text else type(err).__name__)[:300]
-
-
-__all__ = ["ExitCode", "INPUT_COLUMNS", "QueueDisabled", "Runtime"]
+__all__ = ["QueueDisabled", "Runtime"]

@@ -17,13 +17,14 @@ from pyspark.sql import functions as F
 
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
+from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
                                             reachable, source_lag)
 from antidote_consumer.spark import arrow_batching
 from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_SCHEMA
 
-from .batches import ExitCode, QueueDisabled, Runtime
+from .batches import QueueDisabled, Runtime
 from .ledger import LedgerFenced
 from .metrics import Metrics, stall_after
 from .retry_pump import RetryReader

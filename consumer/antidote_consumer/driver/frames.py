@@ -1,0 +1,136 @@
+"""Helpers of the driver over Spark frames and the rows of a batch: where a record came from,
+what an isolated record says, the offsets a batch left unaccounted, Spark's running tasks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.worker.attempts import Reason
+
+
+def running_tasks(spark) -> int:
+    """Tasks the executors are running now, killed ones included until they end."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    return sum(e.numRunningTasks() for e in tracker.getExecutorInfos())
+
+
+def frame(df):
+    """A retry batch's DataFrame is made only if a Spark job needs it: building one from
+    driver-side rows costs more than running the batch in the local worker."""
+    return df() if callable(df) else df
+
+
+def is_job_failure(err: BaseException) -> bool:
+    """A failure of the Spark job (a task, a worker, the JVM), not a bug in the driver code."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    return isinstance(err, (Py4JError, CapturedException))
+
+
+def origin_of(raw, source_topic: str):
+    """(origin, user headers, cycle) of a record as read. A malformed retry record (not written
+    by Antidote) is taken as it is, like a source record: the worker quarantines it as invalid."""
+    hdrs = [(x.key, x.value) for x in (raw.headers or [])]
+    st = None if raw.topic == source_topic else h.retry_state_or_none(hdrs)
+    if st is None:
+        return h.Origin(raw.topic, raw.partition, raw.offset, raw.ts), hdrs, 0
+    return st.origin, h.user_headers(hdrs), st.cycle
+
+
+def attempts_before(raw, source_topic: str) -> int:
+    """Handler calls a retry record had in its earlier cycles; 0 for a source record (and for
+    a malformed retry record)."""
+    if raw.topic == source_topic:
+        return 0
+    st = h.retry_state_or_none([(x.key, x.value) for x in (raw.headers or [])])
+    return st.attempts if st is not None else 0
+
+
+def row_at(r) -> dict:
+    """Where a failed row was read and why, as the ledger records a Fault (`antidote skip`)."""
+    return dict(topic=r.topic, partition=r.partition, offset=r.offset, reason=r.reason,
+                attempts=r.attempts, error_class=r.error_class, error_message=r.error_message,
+                first_failure=r.first_failure, last_failure=r.last_failure, cycle=r.cycle)
+
+
+def isolated_at(raw, attempts: int, error: str, cycle: int, now: int) -> dict:
+    return dict(topic=raw.topic, partition=raw.partition, offset=raw.offset,
+                reason=Reason.BATCH_ISOLATION.value, attempts=attempts,
+                error_class="antidote.BatchFailure", error_message=error,
+                first_failure=now, last_failure=now, cycle=cycle)
+
+
+def unaccounted(df, floor: dict[int, int]):
+    """`df` (a source batch) without the records below `floor` (partition -> next offset
+    without an outcome): those were committed with their outcomes by an earlier batch."""
+    if not floor:
+        return df
+    from pyspark.sql import functions as F
+
+    pairs = [x for p, o in sorted(floor.items()) for x in (F.lit(p), F.lit(o))]
+    below = F.coalesce(F.create_map(*pairs)[F.col("partition")], F.lit(0))
+    return df.filter(F.col("offset") >= below)
+
+
+def segment_filter(keys):
+    """A filter selecting exactly `keys` (topic, partition, offset), as offset ranges."""
+    from pyspark.sql import functions as F
+
+    ranges: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in keys:
+        ranges.setdefault((topic, partition), []).append(offset)
+    cond = None
+    for (topic, partition), offsets in ranges.items():
+        offsets.sort()
+        start = prev = offsets[0]
+        spans = []
+        for o in offsets[1:]:
+            if o != prev + 1:
+                spans.append((start, prev))
+                start = o
+            prev = o
+        spans.append((start, prev))
+        for lo, hi in spans:
+            c = ((F.col("topic") == topic) & (F.col("partition") == partition)
+                 & F.col("offset").between(lo, hi))
+            cond = c if cond is None else cond | c
+    return cond
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def skip_key(text: str) -> tuple[str, int, int]:
+    topic, partition, offset = text.rsplit(":", 2)
+    return topic, int(partition), int(offset)
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    for line in text:
+        if line[:1].isspace():
+            continue  # a traceback's frames and source lines, not the error itself
+        if "Error" in line or "Exception" in line:
+            return line.strip()[:300]
+    return (text[0] if text else type(err).__name__)[:300]
+
+
+
+
+@dataclass
+class BatchResult:
+    failures: list = field(default_factory=list)  # Rows of RESULT_SCHEMA (retry / final)
+    n_ok: int = 0
+    n_attempts: int = 0
+    ends: dict[tuple[str, int], int] = field(default_factory=dict)  # last offset read, by partition
+
+    def merge(self, other: BatchResult) -> BatchResult:
+        ends = dict(self.ends)
+        for where, last in other.ends.items():
+            ends[where] = max(last, ends.get(where, -1))
+        return BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
+                           self.n_attempts + other.n_attempts, ends)

@@ -1,0 +1,160 @@
+"""Settling a batch (part of `batches.Runtime`): its outcomes written to the sink, retry,
+poison and dead-letter topics and the ledger in one transaction, records fitted to their
+topic's limit, the metrics of the poison messages. A mixin so Runtime reads as the batch's
+life (execute, roll back, isolate, settle) with the transaction's details here."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.worker.attempts import Reason, Verdict
+
+from .frames import BatchResult, isolated_at, now_ms, origin_of, row_at
+
+log = logging.getLogger("antidote.consumer")
+
+# The reason a record that cannot fit its derived topic stops the consumer with (see _fitted).
+TOO_LARGE = "too-large"
+DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size
+BATCH_FRAMING = 1024  # a record batch's header and the producer's own accounting margin
+
+
+class Settler:
+    def _settle(self, result: BatchResult, isolated: list, batch_id: int | None,
+                positions: dict[str, int] | None) -> None:
+        s = self.s
+        if not isolated and self._systemic(result):
+            failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
+            total = result.n_ok + len(result.failures)
+            raise QueueDisabled("SystemicFailure",
+                                f"{failed} of {total} messages failed in this batch (threshold "
+                                f"{s.queue_disable.failure_ratio.threshold:g}); nothing was "
+                                "quarantined and the batch stays unconsumed")
+        finals = [r for r in result.failures if r.kind == Verdict.FINAL.value]
+        if s.disposition == "Fault" and (finals or isolated):
+            r = finals[0] if finals else None
+            where = (f"{r.otopic}/{r.opartition}/{r.ooffset}" if r else
+                     f"{isolated[0][0].topic}/{isolated[0][0].partition}/{isolated[0][0].offset}")
+            why = (f"{r.reason} after {r.attempts} attempts, {r.error_class}" if r
+                   else "batch-isolation")
+            if r is not None:
+                at = row_at(r)
+            else:
+                raw, attempts, error = isolated[0]
+                at = isolated_at(raw, attempts, error, 0, now_ms())
+            origin = (h.Origin(r.otopic, r.opartition, r.ooffset, r.ots) if r is not None
+                      else origin_of(isolated[0][0], s.source.topic)[0])
+            self._last_poison(at["reason"], at["error_class"], origin)  # where it stopped
+            raise QueueDisabled("Fault", f"poison message at {where} ({why}); it and the "
+                                "messages after it stay unconsumed", at)
+
+        now = int(time.time() * 1000)
+        records = []
+        state = copy.deepcopy(self.ledger.state)
+        counts = state.counts
+        counts["processed"] += result.n_ok
+        state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
+        poisoned = []
+        dues: list[int] = []
+        for r in result.failures:
+            user = [(x.key, x.value) for x in (r.headers or [])]
+            origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
+            common = dict(origin=origin, attempts=r.attempts, first_failure=r.first_failure,
+                          last_failure=r.last_failure, error_class=r.error_class,
+                          error_message=r.error_message, stack=r.stack, consumer=self.consumer_id,
+                          policy=s.policy)
+            if r.kind == Verdict.RETRY.value:
+                cycle = r.cycle + 1
+                due = now + s.retries.cycle_delays[r.cycle].ms
+                dues.append(due)
+                hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
+                topic = s.topics.retry[r.cycle]
+                hdrs = self._fitted(topic, r.key, r.value, hdrs, row_at(r))
+                records.append((topic, r.opartition % self.partitions, r.key, r.value, hdrs))
+                counts["retried"] += 1
+                self.metrics.retries_scheduled.labels(**self.metrics.ids, cycle=str(cycle)).inc()
+                continue
+            poisoned.append((r.reason, r.error_class, origin))
+            records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common, row_at(r))
+        for raw, attempts, error in isolated:
+            origin, user, cycle = origin_of(raw, s.source.topic)
+            common = dict(origin=origin, attempts=attempts, first_failure=now, last_failure=now,
+                          error_class="antidote.BatchFailure", error_message=error, stack=None,
+                          consumer=self.consumer_id, policy=s.policy)
+            poisoned.append((Reason.BATCH_ISOLATION.value, "antidote.BatchFailure", origin))
+            records += self._disposition(raw.key, raw.value, user, cycle,
+                                         Reason.BATCH_ISOLATION.value, common,
+                                         isolated_at(raw, attempts, error, cycle, now))
+        # Fault never gets here with a poisoned message (it stopped above): nothing is counted.
+        outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped", "Fault": "moved"}[s.disposition]
+        counts[outcome] += len(poisoned)
+        state.consecutive_failures = 0
+        if batch_id is not None:
+            state.committed_batch = state.started_batch = batch_id
+            state.in_batch = False
+            source = s.source.topic
+            for (topic, partition), last in result.ends.items():
+                key = f"{topic}:{partition}"
+                if topic == source and last + 1 > state.positions.get(key, 0):
+                    state.positions[key] = last + 1
+        if positions:
+            state.positions.update(positions)
+        self.ledger.commit(state, records)
+        retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
+        if retried:
+            due = min(dues)
+            self.scheduled_due = due if self.scheduled_due is None else min(self.scheduled_due, due)
+            if self.on_scheduled is not None:
+                self.on_scheduled()
+            if self.local is not None:
+                self.local.warm(self.cfg)
+
+        m, ids = self.metrics, self.metrics.ids
+        m.count("processed", result.n_ok)
+        m.count("retried", retried)
+        m.count(outcome, len(poisoned))
+        m.attempts.labels(**ids).inc(result.n_attempts)
+        m.consecutive.labels(**ids).set(0)
+        for reason, error_class, origin in poisoned:
+            m.poison.labels(**ids, reason=reason, disposition=s.disposition).inc()
+        if poisoned:
+            reason, error_class, origin = poisoned[-1]
+            self._last_poison(reason, error_class, origin)
+            log.warning("%d message(s) got disposition %s; last: %s/%d/%d (%s, %s)", len(poisoned),
+                        s.disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
+
+    def _last_poison(self, reason: str, error_class: str | None, origin: h.Origin) -> None:
+        self.metrics.set_last_poison(reason, error_class, origin.topic, origin.partition, origin.offset,
+                                     time.time())
+
+    def _disposition(self, key, value, user, cycle, reason, common, at: dict) -> list:
+        s = self.s
+        if s.disposition == "Drop":
+            return []
+        topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
+        hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
+        hdrs = self._fitted(topic, key, value, hdrs, at)
+        return [(topic, common["origin"].partition % self.partitions, key, value, hdrs)]
+
+    def _fitted(self, topic: str, key, value, hdrs: list, at: dict) -> list:
+        """`hdrs` with Antidote's texts shortened so the record fits `topic`. A record that
+        cannot fit even so (its key, value and own headers alone are too large) stops the
+        consumer at it, as a Fault would, with reason too-large: dropping it would lose it, and
+        a commit the broker refuses would fail the batch over and over. Nothing of the batch
+        is committed; raising the topic's max.message.bytes and resuming processes it."""
+        limit = self.max_bytes.get(topic)
+        if limit is None:
+            return hdrs
+        fitted = h.fit_record(key, value, hdrs, limit)
+        if fitted is not None:
+            return fitted
+        size = h.record_size(key, value, h.user_headers(hdrs))
+        where = f"{at['topic']}/{at['partition']}/{at['offset']}"
+        raise QueueDisabled(
+            "Fault", f"the message at {where} cannot be written to {topic} (reason {TOO_LARGE}): "
+            f"{size} bytes without Antidote's headers, and its max.message.bytes is {limit}; it and "
+            f"the messages after it stay unconsumed. Raise max.message.bytes of {topic}, then resume",
+            {**at, "reason": TOO_LARGE})
