@@ -1,5 +1,10 @@
 """The Antidote API (`antidote.dev/v1alpha1`): pydantic models of PoisonPolicy and
-QueueConsumer, the single source of the CRDs, docs/api.md and the policy semantics."""
+QueueConsumer, the single source of the CRDs, docs/api.md and the policy semantics; and the
+one home of the other contracts between the consumer, the reader, the operator and the CLI:
+`wire` (exit codes, reasons, metric names, annotations, the settings key), `headers` (the
+`antidote.*` header names), `names` (topics, Kafka ids, child objects, reader Jobs), `drain`
+(the drain request and its parser), `times` (the one ISO time parser), and condition reasons
+beside `ConditionType` in `conditions`."""
 
 from .conditions import Condition, ConditionType, set_condition
 from .consumer import QueueConsumer, QueueConsumerSpec, QueueConsumerStatus

@@ -1,4 +1,7 @@
-"""The Antidote operator: Kopf handlers reconciling QueueConsumers into Spark consumers
-(`builders`, `reconcile`, `status`), the metrics watcher (`watcher`), the local-stack dev
-runner (`devrunner`) and the operator's own metrics (`metrics`). Run it with `antidote
-operator` (see docs/operator.md)."""
+"""The Antidote operator: thin Kopf handlers (`handlers`, started by `main`) around pure
+decisions. `context` holds what handlers share (Options, Context, the Syncer); `reconcile`
+syncs one QueueConsumer: it observes (`observations`, `state`, the metrics `watcher`), asks
+`status.decide` (one function per condition) and applies the children `builders/` render
+(`driver`, `reader_job`); `reader_jobs` decides when a poison-reader Job starts and
+`reader_control` starts it. `devrunner/` plays kubelet for the local stack (dev only); `peering`
+and `metrics` are the operator's own. Run it with `antidote operator` (docs/operator.md)."""
