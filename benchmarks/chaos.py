@@ -53,13 +53,13 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from antidote_consumer.kafka.retry import retrying  # noqa: E402
 from antidote_devstack import stack as devstack  # noqa: E402
 from antidote_devstack.paths import cache_dir  # noqa: E402
+from tests.integration.consumer_util import write_manifests  # noqa: E402
 from tests.integration.kafka_io import read_all  # noqa: E402 - the tests' exact reader
 
 IMMEDIATE, CYCLES = 1, 2
@@ -150,19 +150,8 @@ def audit(bootstrap: str, source: str, sink: str, poison: str) -> Audit:
 
 
 def manifests(folder: Path, bootstrap: str, source: str, sink: str, max_batch: int) -> list[str]:
-    qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
-          "metadata": {"name": "chaos", "namespace": "chaos"},
-          "spec": {"policyRef": {"name": "pp"},
-                   "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source,
-                                        "maxMessagesPerBatch": max_batch}},
-                   "handler": "benchmarks.handlers:tagged",
-                   "sink": {"kafka": {"topic": sink}},
-                   "checkpoint": {"location": str(folder / "ckpt")}}}
-    pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
-          "metadata": {"name": "pp", "namespace": "chaos"}, "spec": POLICY}
-    (folder / "qc.yaml").write_text(yaml.safe_dump(qc))
-    (folder / "pp.yaml").write_text(yaml.safe_dump(pp))
-    return ["--consumer", str(folder / "qc.yaml"), "--policy", str(folder / "pp.yaml")]
+    return write_manifests(folder, name="chaos", namespace="chaos", bootstrap=bootstrap, source=source,
+                           handler="benchmarks.handlers:tagged", policy=POLICY, sink=sink, max_batch=max_batch)
 
 
 def written(c: Consumer, topics: list[str]) -> int:

@@ -10,11 +10,13 @@ with buildah), the base the project's images build on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from .build import _digest, _go_env, _require, _run_logged
@@ -166,13 +168,7 @@ def _pack(name: str, stem: str, fill, config: list[str], key: tuple[bytes, ...])
     target = cache_dir() / "images" / f"{stem}-{digest}.tar"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    log = cache_dir() / "logs" / f"build-{stem}-image.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
-    with step(f"building the image {name} (log {log})"), \
-            tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        work = Path(tmp)
+    with image_build(stem, target, f"building the image {name}") as (work, log):
         layout, bundle = work / "layout", work / "bundle"
         ref = f"{layout}:{name}"
         for cmd in ([umoci, "init", "--layout", str(layout)], [umoci, "new", "--image", ref],
@@ -186,6 +182,18 @@ def _pack(name: str, stem: str, fill, config: list[str], key: tuple[bytes, ...])
             _run_logged_append(cmd, work, log)
         os.replace(work / "image.tar", target)
     return target
+
+
+@contextlib.contextmanager
+def image_build(stem: str, target: Path, what: str) -> Iterator[tuple[Path, Path]]:
+    """(a scratch folder beside `target`, so the archive lands by rename; a fresh build log)
+    for building the image `stem`, under a progress step saying `what`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log = cache_dir() / "logs" / f"build-{stem}-image.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    with step(f"{what} (log {log})"), tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        yield Path(tmp), log
 
 
 def _run_logged_append(cmd: list[str], cwd: Path, log: Path) -> None:

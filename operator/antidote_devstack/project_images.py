@@ -23,16 +23,14 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 from .build import _digest
 from .errors import StackError
-from .images import _run_logged_append, buildah, debian_base_image
+from .images import _run_logged_append, buildah, debian_base_image, image_build
 from .paths import HACK, cache_dir
-from .progress import step
 
 ROOT = HACK.parent
 KEY_LABEL = "antidote.dev/key"
@@ -125,13 +123,7 @@ def _build(name: str, stem: str, key: str, bud: Callable[[Path], list[str]],
     target = cache_dir() / "images" / f"{stem}-{key}.tar"
     if _image_key(bah, name) == key and (target.exists() or not archive):
         return target if archive else None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    log = cache_dir() / "logs" / f"build-{stem}-image.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
-    with step(f"building the image {name} with buildah (log {log})"), \
-            tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        work = Path(tmp)
+    with image_build(stem, target, f"building the image {name} with buildah") as (work, log):
         _run_logged_append([*bah, "bud", "--network", "host", "--pull-never", "--layers=false",
                             "--label", f"{KEY_LABEL}={key}", "-t", name, *bud(work)], work, log)
         if archive:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import yaml
+
 from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
@@ -86,3 +88,24 @@ def quarantined(bootstrap: str, topic: str) -> dict[tuple[int, int], tuple]:
         assert key not in out, f"{topic}: offset {key} quarantined twice"
         out[key] = (r, hdrs)
     return out
+
+
+def write_manifests(folder: Path, *, name: str, namespace: str, bootstrap: str, source: str,
+                    handler: str, policy: dict, sink: str | None = None,
+                    max_batch: int | None = None) -> list[str]:
+    """A QueueConsumer (policyRef `pp`) and its PoisonPolicy as files in `folder`, for
+    `antidote consumer`: the arguments that name them."""
+    kafka: dict = {"bootstrapServers": bootstrap, "topic": source}
+    if max_batch is not None:
+        kafka["maxMessagesPerBatch"] = max_batch
+    spec: dict = {"policyRef": {"name": "pp"}, "source": {"kafka": kafka}, "handler": handler,
+                  "checkpoint": {"location": str(folder / "ckpt")}}
+    if sink is not None:
+        spec["sink"] = {"kafka": {"topic": sink}}
+    qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
+          "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
+          "metadata": {"name": "pp", "namespace": namespace}, "spec": policy}
+    (folder / "qc.yaml").write_text(yaml.safe_dump(qc))
+    (folder / "pp.yaml").write_text(yaml.safe_dump(pp))
+    return ["--consumer", str(folder / "qc.yaml"), "--policy", str(folder / "pp.yaml")]

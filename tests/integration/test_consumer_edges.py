@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+import pytest
 
-from antidote_consumer.driver.ledger import load_state
+from antidote_api.names import ledger_topic
 from antidote_api.wire import ExitCode
 from antidote_consumer.driver.batches import Runtime
 from antidote_consumer.driver.frames import running_tasks
-from antidote_api.names import ledger_topic
+from antidote_consumer.driver.ledger import load_state
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all

@@ -13,16 +13,15 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import resolve
-from antidote_consumer.kafka import headers as h
 from antidote_api.wire import ExitCode
 from antidote_consumer.driver.frames import now_ms
+from antidote_consumer.kafka import headers as h
 from antidote_devstack.procs import free_port
 
 from . import consumer_util as cu
@@ -40,17 +39,8 @@ def cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def manifests(tmp_path: Path, bootstrap: str, source: str, policy: dict) -> list[str]:
-    qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
-          "metadata": {"name": "lim", "namespace": "tests"},
-          "spec": {"policyRef": {"name": "pp"}, "source": {"kafka": {"bootstrapServers": bootstrap,
-                                                                     "topic": source}},
-                   "handler": "tests.integration.handlers:upper",
-                   "checkpoint": {"location": str(tmp_path / "ckpt")}}}
-    pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
-          "metadata": {"name": "pp", "namespace": "tests"}, "spec": policy}
-    (tmp_path / "qc.yaml").write_text(yaml.safe_dump(qc))
-    (tmp_path / "pp.yaml").write_text(yaml.safe_dump(pp))
-    return ["--consumer", str(tmp_path / "qc.yaml"), "--policy", str(tmp_path / "pp.yaml")]
+    return cu.write_manifests(tmp_path, name="lim", namespace="tests", bootstrap=bootstrap, source=source,
+                              handler="tests.integration.handlers:upper", policy=policy)
 
 
 def test_records_near_the_size_limit_fit_or_stop_the_consumer_explained_and_nothing_lost(

@@ -24,19 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def manifests(tmp_path: Path, bootstrap: str, source: str, sink: str, handler: str,
               policy: dict, max_batch: int = 1000) -> list[str]:
-    qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
-          "metadata": {"name": "proc", "namespace": "tests"},
-          "spec": {"policyRef": {"name": "pp"},
-                   "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source,
-                                        "maxMessagesPerBatch": max_batch}},
-                   "handler": f"tests.integration.handlers:{handler}",
-                   "sink": {"kafka": {"topic": sink}},
-                   "checkpoint": {"location": str(tmp_path / "ckpt")}}}
-    pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
-          "metadata": {"name": "pp", "namespace": "tests"}, "spec": policy}
-    (tmp_path / "qc.yaml").write_text(yaml.safe_dump(qc))
-    (tmp_path / "pp.yaml").write_text(yaml.safe_dump(pp))
-    return ["--consumer", str(tmp_path / "qc.yaml"), "--policy", str(tmp_path / "pp.yaml")]
+    return cu.write_manifests(tmp_path, name="proc", namespace="tests", bootstrap=bootstrap, source=source,
+                              handler=f"tests.integration.handlers:{handler}", policy=policy, sink=sink,
+                              max_batch=max_batch)
 
 
 def start(stack, calls_dir: Path, log: Path, args: list[str], **env: str) -> subprocess.Popen:

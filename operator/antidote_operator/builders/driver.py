@@ -62,6 +62,13 @@ class RenderOptions:
     run_as_user: int = 10001
 
 
+def antidote_container(name: str, settings: EffectiveSettings, opts: RenderOptions,
+                       args: list[str]) -> dict[str, Any]:
+    """A container running `antidote <args>` in the consumer's image (the driver, the reader)."""
+    return {"name": name, "image": settings.spark.image or opts.image,
+            "imagePullPolicy": opts.image_pull_policy, "command": ["antidote"], "args": args}
+
+
 def labels(consumer: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "antidote-consumer", "app.kubernetes.io/instance": consumer,
             "app.kubernetes.io/component": "driver", "app.kubernetes.io/managed-by": MANAGED_BY,
@@ -349,11 +356,7 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
                                                        "defaultMode": 0o440}}]
     mounts += [tmp_mount, {"name": "spark-auth", "mountPath": SPARK_AUTH_DIR, "readOnly": True}]
     container = {
-        "name": CONTAINER,
-        "image": settings.spark.image or opts.image,
-        "imagePullPolicy": opts.image_pull_policy,
-        "command": ["antidote"],
-        "args": consumer_args(opts),
+        **antidote_container(CONTAINER, settings, opts, consumer_args(opts)),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "SPARK_CONF_DIR", "value": CONFIG_DIR},

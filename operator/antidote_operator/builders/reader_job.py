@@ -15,8 +15,8 @@ from antidote_api.names import reader_service_account
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import CONFIG_DIR, SETTINGS_KEY
 
-from .driver import (LABEL_CONSUMER, MANAGED_BY, RenderOptions, container_memory_mib, quantity_mib,
-                     settings_volumes)
+from .driver import (LABEL_CONSUMER, MANAGED_BY, RenderOptions, antidote_container,
+                     container_memory_mib, quantity_mib, settings_volumes)
 
 TRIGGER_LABEL = "antidote.dev/reader-trigger"
 ACTION_ANNOTATION = "antidote.dev/reader-action"
@@ -69,11 +69,7 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
         annotations[REQUEST_ANNOTATION] = request.annotation()
     volumes, mounts = settings_volumes(settings, only_settings=True)
     container = {
-        "name": CONTAINER,
-        "image": settings.spark.image or opts.image,
-        "imagePullPolicy": opts.image_pull_policy,
-        "command": ["antidote"],
-        "args": reader_args(request),
+        **antidote_container(CONTAINER, settings, opts, reader_args(request)),
         # No SPARK_CONF_DIR: the cluster-mode spark-defaults would ask for executor pods,
         # which this ServiceAccount may not create; an Archive runs Spark in the pod.
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],

@@ -20,22 +20,18 @@ from .. import kube
 from ..builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_METRICS,
                           DEV_RUNNER_PID)
-from .local import (Owner, BACKOFF, FINAL_EXITS, SECRETS_DIR_ENV, _die_with_parent, _now,
+from .local import (BACKOFF, FINAL_EXITS, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _now,
                     _run_log_tail, jars_env, log, materialize_secrets, translate)
 
 
 
-class _Runner:
+class _Runner(LocalRun):
     """One Deployment's local driver: a loop that converges the process on the replicas."""
 
     def __init__(self, owner: Owner, body: Mapping[str, Any]):
-        self.owner = owner
+        super().__init__(owner, body)
         meta = body["metadata"]
-        self.ns, self.name = meta["namespace"], meta["name"]
-        self.body = body
-        self.deleted = False
         self.wake = asyncio.Event()
-        self.proc: asyncio.subprocess.Process | None = None
         self.generation_started: int | None = None
         self.failures = 0
         self.not_before = 0.0

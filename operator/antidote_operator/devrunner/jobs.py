@@ -16,21 +16,16 @@ from .. import kube
 from ..builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_PID,
                           DEV_RUNNER_REPORT)
-from .local import (Owner, REPORT_LIMIT, SECRETS_DIR_ENV, _die_with_parent, _finished, _now,
-                    jars_env, log, materialize_secrets, translate_job)
+from .local import (REPORT_LIMIT, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _finished,
+                    _now, jars_env, log, materialize_secrets, translate_job)
 
 
 
-class _JobRunner:
+class _JobRunner(LocalRun):
     """One reader Job run once as a local process (restartPolicy Never, backoffLimit 0)."""
 
     def __init__(self, owner: Owner, body: Mapping[str, Any]):
-        self.owner = owner
-        meta = body["metadata"]
-        self.ns, self.name = meta["namespace"], meta["name"]
-        self.body = body
-        self.proc: asyncio.subprocess.Process | None = None
-        self.deleted = False
+        super().__init__(owner, body)
         self.dir = owner.base / self.ns / "jobs" / self.name
         self.secrets: str | None = None
         self.task = asyncio.create_task(self.run(), name=f"dev runner job {self.ns}/{self.name}")

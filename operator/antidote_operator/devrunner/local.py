@@ -3,6 +3,7 @@ environment and Secret volumes become on this machine."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ctypes
 import ipaddress
@@ -43,6 +44,18 @@ class Owner(Protocol):
     master: str
     targets: TargetFiles | None
     base: Path
+
+
+class LocalRun:
+    """One object (a Deployment, a Job) the dev runner runs as a local process."""
+
+    def __init__(self, owner: Owner, body: Mapping[str, Any]):
+        self.owner = owner
+        meta = body["metadata"]
+        self.ns, self.name = meta["namespace"], meta["name"]
+        self.body = body
+        self.deleted = False
+        self.proc: asyncio.subprocess.Process | None = None
 
 
 class DevRunnerRefused(RuntimeError):
