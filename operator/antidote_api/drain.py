@@ -3,7 +3,7 @@
 One model on its whole way: `antidote drain` builds it from its flags and writes
 `annotation()` on the QueueConsumer (`antidote.dev/drain`); the operator reads it back with
 `parse_drain` and starts a reader Job with `args()`, which the reader parses as its own
-flags (`antidote_consumer.reader.run.parse_options`, the same names and checks).
+flags (`antidote_consumer.reader.options.parse_options`, the same names and checks).
 """
 
 from __future__ import annotations

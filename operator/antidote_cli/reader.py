@@ -29,7 +29,7 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    from antidote_consumer.reader.run import add_option_args
+    from antidote_consumer.reader.options import add_option_args
 
     r = commands.add_parser("reader", help="run the poison-queue reader once (a finite job)")
     add_settings_args(r)
@@ -56,7 +56,7 @@ def load(args: argparse.Namespace):
 
 
 def options(args: argparse.Namespace):
-    from antidote_consumer.reader.run import options_from
+    from antidote_consumer.reader.options import options_from
 
     return options_from(args, action=args.fixed_action)
 

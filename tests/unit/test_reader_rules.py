@@ -10,7 +10,7 @@ import pytest
 
 from antidote_api.policy import Reader
 from antidote_consumer.kafka import headers as h
-from antidote_consumer.reader.run import parse_options
+from antidote_consumer.reader.options import parse_options
 from antidote_consumer.reader.rules import (Filter, Progress, RateLimiter, ReaderError,
                                             ReaderOptions, ReaderReport, original_partition, plan,
                                             redrive_count, redrive_headers)

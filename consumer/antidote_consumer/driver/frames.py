@@ -119,8 +119,6 @@ def first_line(err: BaseException) -> str:
     return (text[0] if text else type(err).__name__)[:300]
 
 
-
-
 @dataclass
 class BatchResult:
     failures: list = field(default_factory=list)  # Rows of RESULT_SCHEMA (retry / final)

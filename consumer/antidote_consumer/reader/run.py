@@ -19,21 +19,19 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from antidote_api.names import ledger_topic, reader_group_id, transactional_id
 from antidote_api.semantics import EffectiveSettings
-from antidote_api.times import parse_iso
-from antidote_api.wire import POISON_REASONS, READER_ACTIONS, READER_SOURCES
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.retry import retrying
 from antidote_consumer.kafka.topics import max_message_bytes, partitions_of, wait_ready
 from antidote_consumer.kafka.transactions import RecordRefused, TransactionalWriter
 
+from .actions import Actions, Failed, Polled, Stopped, resolved
 from .rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
                     original_partition, plan, redrive_count, redrive_headers)
 
@@ -57,23 +55,6 @@ def reader_ledger(read_topic: str, settings: EffectiveSettings) -> str:
     return ledger_topic(read_topic, settings.namespace, f"reader-{settings.consumer}")
 
 
-@dataclass
-class Polled:
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: list
-
-
-class Stopped(Exception):
-    """The reader's disposition is Fault and a message could not be handled."""
-
-
-class _Failed(Exception):
-    pass
-
-
 def run_reader(settings: EffectiveSettings, options: ReaderOptions, *, spark=None,
                stop: threading.Event | None = None, log_every: float = 5.0) -> ReaderReport:
     """Run the reader once, to the end offsets seen at start. ReaderError for bad settings
@@ -86,7 +67,7 @@ def run_reader(settings: EffectiveSettings, options: ReaderOptions, *, spark=Non
         run.close()
 
 
-class _Run:
+class _Run(Actions):
     def __init__(self, settings: EffectiveSettings, p: Plan, *, spark, stop: threading.Event,
                  log_every: float):
         self.s, self.p, self.stop, self.log_every = settings, p, stop, log_every
@@ -324,7 +305,7 @@ class _Run:
         elif self.p.action == "Drop":
             for _ in act:
                 self.limiter.acquire()
-            self._commit({part: _resolved(prog, lo, hi, keep)})
+            self._commit({part: resolved(prog, lo, hi, keep)})
             r.dropped += len(act)
         else:
             self._redrive(part, act, lo, hi, keep)
@@ -352,110 +333,12 @@ class _Run:
         return (source, p if p is not None and p < self.source_partitions else None,
                 redrive_headers(m.headers), "redriven")
 
-    def _redrive(self, part: int, act: list[Polled], lo: int, hi: int, keep: list[int]) -> None:
-        prog = self.progress[part]
-        targets = [self._target(m, part) for m in act]
-        try:
-            self._transaction(
-                [(t, q, m.key, m.value, hd) for m, (t, q, hd, _) in zip(act, targets)],
-                {part: _resolved(prog, lo, hi, keep)})
-        except _Failed as err:
-            log.warning("%s/%d: a chunk of %d failed (%s); one message at a time", self.topic,
-                        part, len(act), err)
-            self._one_by_one(part, act, targets, lo, hi, keep)
-            return
-        for _, _, _, counter in targets:
-            setattr(self.report, counter, getattr(self.report, counter) + 1)
-
-    def _one_by_one(self, part, act, targets, lo, hi, keep) -> None:
-        cursor = lo
-        for m, (t, q, hd, counter) in zip(act, targets):
-            upto = _resolved(self.progress[part], cursor, m.offset, keep)
-            last_err = None
-            for _ in range(self.p.retries + 1):
-                try:
-                    self._transaction([(t, q, m.key, m.value, hd)], {part: upto})
-                    setattr(self.report, counter, getattr(self.report, counter) + 1)
-                    last_err = None
-                    break
-                except _Failed as err:
-                    last_err = err
-            if last_err is not None:
-                self._dispose(part, [m], upto, last_err)
-            cursor = m.offset + 1
-        self._commit({part: _resolved(self.progress[part], cursor, hi, keep)})
-
-    def _dispose(self, part: int, failed: list[Polled], upto: Progress, err: Exception) -> None:
-        """The reader's disposition for messages its action could not handle."""
-        r, d = self.report, self.p.disposition
-        r.failed += len(failed)
-        if d == "Fault":
-            r.faultAt = f"{self.topic}/{part}/{failed[0].offset}"
-            log.error("reader stopped (Fault) at %s: %s", r.faultAt, err)
-            raise Stopped(r.faultAt)
-        if d == "Drop":
-            self._commit({part: upto})
-            r.dropped += len(failed)
-            log.warning("%d message(s) dropped after the reader's retries, last %s/%d/%d: %s",
-                        len(failed), self.topic, part, failed[-1].offset, err)
-            return
-        dlq = self.s.topics.dlq
-        self._ensure(dlq, self.topic)  # what fit in the topic read fits there too
-        why = [(READER_ERROR_CLASS, self.p.action.encode()),
-               (READER_ERROR_MESSAGE, h.truncate(str(err), h.MAX_MESSAGE).encode("utf-8", "replace"))]
-        n = partitions_of(self.admin, dlq)
-        try:
-            self._transaction([(dlq, part % n, m.key, m.value, list(m.headers) + why) for m in failed],
-                              {part: upto})
-        except _Failed as dlq_err:  # nowhere to put it: stop rather than lose it
-            r.faultAt = f"{self.topic}/{part}/{failed[0].offset}"
-            log.error("reader stopped at %s: the dead-letter topic %s refused it too: %s",
-                      r.faultAt, dlq, dlq_err)
-            raise Stopped(r.faultAt) from dlq_err
-        r.rejected += len(failed)
-        log.warning("%d message(s) rejected to %s after the reader's retries: %s", len(failed), dlq, err)
-
-    def _archive(self, part: int, act: list[Polled], lo: int, hi: int, keep: list[int]) -> None:
-        from .archive import row, slice_name
-
-        prog = self.progress[part]
-        done = _resolved(prog, lo, hi, keep)
-        if not act:
-            self._commit({part: done})
-            return
-        for _ in act:
-            self.limiter.acquire()
-        name = slice_name(self.topic, part, act[0].offset, act[-1].offset)
-        rows = [row(self.topic, part, m.offset, m.timestamp, m.key, m.value, m.headers) for m in act]
-        self._commit({}, pending=name)  # so a killed run's files are found and removed
-        last_err = None
-        for _ in range(self.p.retries + 1):
-            try:
-                self.archive.write(name, rows)
-                last_err = None
-                break
-            except Exception as err:  # noqa: BLE001 - the reader's own retries, then its disposition
-                last_err = err
-                log.warning("archive slice %s failed: %s", name, str(err).splitlines()[0][:300])
-        if last_err is None:
-            self._commit({part: done}, pending=None)
-            self.report.archived += len(act)
-            return
-        try:
-            self.archive.discard(name)
-        except Exception:  # noqa: BLE001
-            log.exception("could not remove the failed archive slice %s", name)
-        self.pending = name  # still pending in the ledger until a disposition commits
-        self._dispose(part, act, done, last_err)
-        self._commit({}, pending=None)
-
-    # --- committing -----------------------------------------------------------------------
     def _commit(self, progress: dict[int, Progress], **pending) -> None:
         self._transaction([], progress, **pending)
 
     def _transaction(self, records: list, progress: dict[int, Progress], **pending) -> None:
         """Produce `records`, the ledger's progress (and pending slice) and the group offsets
-        in one transaction; _Failed (aborted, nothing written) when a record is refused."""
+        in one transaction; Failed (aborted, nothing written) when a record is refused."""
         paced = (self.s.topics.source, parking_topic(self.s.topics.source))
 
         def pace(topic: str) -> None:
@@ -473,85 +356,7 @@ class _Run:
                                     group=self.consumer.consumer_group_metadata() if offsets else None,
                                     before=pace)
         except RecordRefused as err:
-            raise _Failed(str(err)) from None
+            raise Failed(str(err)) from None
         self.progress.update(progress)
         if "pending" in pending:
             self.pending = pending["pending"]
-
-
-def _resolved(prog: Progress, lo: int, hi: int, keep: list[int]) -> Progress:
-    """`prog` with offsets lo..hi resolved, except those in `keep`."""
-    out = prog.copy()
-    start = lo
-    for k in sorted(x for x in keep if lo <= x <= hi):
-        out.add(start, k - 1)
-        start = k + 1
-    out.add(start, hi)
-    return out
-
-
-# --- command-line options (shared by `antidote reader`, `antidote redrive` and Jobs) -------
-
-def add_option_args(p, action: bool = True) -> None:
-    """The reader's flags; each overrides the policy's reader section when given."""
-    if action:
-        p.add_argument("--action", choices=list(READER_ACTIONS), default=None,
-                       help="what to do with each message (default: the policy's reader.action)")
-    p.add_argument("--from", dest="source", choices=list(READER_SOURCES), default="poison",
-                   help="read the poison topic (default) or the dead-letter topic")
-    p.add_argument("--rate", type=int, default=None, help="messages per second at most")
-    p.add_argument("--error-class", dest="error_classes", action="append", default=None,
-                   metavar="CLASS", help="only messages with this antidote.error.class (repeatable)")
-    p.add_argument("--reason", dest="reasons", action="append", default=None,
-                   choices=list(POISON_REASONS),
-                   help="only messages quarantined for this reason (repeatable)")
-    p.add_argument("--since", default=None, metavar="ISO",
-                   help="only messages whose last failure is at or after this time")
-    p.add_argument("--until", default=None, metavar="ISO",
-                   help="only messages whose last failure is before this time")
-    p.add_argument("--dry-run", action="store_true", help="report what would be done; change nothing")
-
-
-def _iso(value, flag: str):
-    from datetime import datetime
-
-    if value is None or isinstance(value, datetime):
-        return value
-    try:
-        return parse_iso(str(value))
-    except ValueError:
-        raise ReaderError(f"{flag} must be an ISO 8601 time, not {value!r}") from None
-
-
-def options_from(args, action: str | None = None) -> ReaderOptions:
-    """ReaderOptions from parsed flags (these, or the on-call commands' own dests)."""
-    def first(*names):
-        for n in names:
-            v = getattr(args, n, None)
-            if v is not None:
-                return v
-        return None
-
-    classes, reasons = first("error_classes", "error_class"), first("reasons", "reason")
-    rate = first("rate")
-    if rate is not None and rate < 1:
-        raise ReaderError(f"--rate must be at least 1 message per second, not {rate}")
-    return ReaderOptions(
-        source=first("source") or "poison", action=action or first("action"), rate=rate,
-        error_classes=tuple(classes) if classes else None,
-        reasons=tuple(reasons) if reasons else None,
-        since=_iso(first("since"), "--since"), until=_iso(first("until"), "--until"),
-        dry_run=bool(first("dry_run")))
-
-
-def parse_options(argv: list[str]) -> ReaderOptions:
-    """ReaderOptions from reader flags (`--action Redrive --rate 10 ...`); ReaderError when bad."""
-    import argparse
-
-    class _Parser(argparse.ArgumentParser):
-        def error(self, message):
-            raise ReaderError(message)
-
-    p = _Parser(prog="antidote reader", add_help=False)
-    add_option_args(p)
-    return options_from(p.parse_args(argv))

@@ -24,7 +24,6 @@ from .local import (BACKOFF, FINAL_EXITS, SECRETS_DIR_ENV, LocalRun, Owner, _die
                     _run_log_tail, jars_env, log, materialize_secrets, translate)
 
 
-
 class _Runner(LocalRun):
     """One Deployment's local driver: a loop that converges the process on the replicas."""
 

@@ -20,7 +20,6 @@ from .local import (REPORT_LIMIT, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_pa
                     _now, jars_env, log, materialize_secrets, translate_job)
 
 
-
 class _JobRunner(LocalRun):
     """One reader Job run once as a local process (restartPolicy Never, backoffLimit 0)."""
 
