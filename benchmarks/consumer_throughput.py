@@ -164,6 +164,7 @@ def isolation_runs(spark, bootstrap: str, admin, workdir: Path, n: int = 10_000)
 
 
 def main() -> int:
+    # Long on purpose: a benchmark script's flags and its measured steps in the order they run.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=2)

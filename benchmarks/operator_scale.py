@@ -322,6 +322,7 @@ def resume_all(bench: Bench, fake: FakeConsumers, ns: str, names: list[str]) -> 
 
 
 def main() -> int:
+    # Long on purpose: a benchmark script's flags and its measured steps in the order they run.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--consumers", type=int, default=200, help="consumers in the latency test")
     ap.add_argument("--rss-consumers", type=int, default=1000, help="consumers in the memory test")

@@ -236,6 +236,8 @@ def start(sup: Supervisor, state_dir: Path, artefacts: dict[str, Path], pki: Pki
           api_port: int, host: str, admin_kubeconfig: Path, kubectl: str) -> NodeInfo:
     """Start containerd, the controllers, the kubelet, kube-proxy and CoreDNS; return once
     the node is Ready and CoreDNS answers."""
+    # Long on purpose: the start-up order of the node's processes, each waiting on the one
+    # before it (containerd, controllers, kubelet, kube-proxy, CoreDNS), read top to bottom.
     paths = Paths(state_dir / "node")
     pause_name, pause_archive = images.pause_image()
     bin_dir = state_dir / "bin"

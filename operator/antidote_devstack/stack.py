@@ -111,6 +111,8 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
        node: bool = False, prometheus: bool = False) -> Stack:
     """Start the stack; `node` adds a one-node cluster that runs pods (node.py),
     `prometheus` a Prometheus that scrapes the operator and the consumers (prometheus.py)."""
+    # Long on purpose: the stack's start-up order (certs, etcd, API server, Kafka, node,
+    # Prometheus), each step waiting on the one before, read top to bottom.
     state_dir = (state_dir or default_stack_dir()).resolve()
     if node:
         nodes.require_root()

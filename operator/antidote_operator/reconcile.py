@@ -88,6 +88,8 @@ async def sync_consumer(ctx: Context, namespace: str, name: str, *,
 
 async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify: bool) -> bool:
     """One observe-decide-act pass; False when the status write lost a race (re-read)."""
+    # Long on purpose: the writes (children, replicas, annotations, status, Events) are in the
+    # order that keeps a crash between two of them harmless; one function keeps that order visible.
     meta = qc["metadata"]
     ns, name = meta["namespace"], meta["name"]
     spec = qc.get("spec") or {}

@@ -25,6 +25,9 @@ BATCH_FRAMING = 1024  # a record batch's header and the producer's own accountin
 class Settler:
     def _settle(self, result: BatchResult, isolated: list, batch_id: int | None,
                 positions: dict[str, int] | None) -> None:
+        # Long on purpose: every record of one batch (sink, retries, poison, dead letters, the
+        # ledger's entry) is gathered and written in ONE transaction; split up, the order of
+        # the checks before the commit (systemic? too large? Fault?) would be harder to see.
         s = self.s
         if not isolated and self._systemic(result):
             failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
