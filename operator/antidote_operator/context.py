@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kubernetes.client.rest import ApiException
+
 from . import kube
 from .builders.driver import RenderOptions
 from .metrics import OperatorMetrics

@@ -23,7 +23,7 @@ from typing import Any
 
 
 from antidote_api.consumer import ReaderJob
-from antidote_api.drain import parse_drain
+from antidote_api.drain import DrainRequest, parse_drain
 from antidote_api.names import drain_job_name, reader_job_name, schedule_job_name
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.times import parse_time

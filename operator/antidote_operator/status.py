@@ -26,7 +26,7 @@ from antidote_api.semantics import EffectiveSettings, resolve
 from antidote_api.wire import (DISABLE_REASONS, OUTCOMES, POISON_CONDITION_REASONS,
                                PROBE_ANNOTATION, RESUME_ANNOTATION, ExitCode)
 
-from .observations import PoisonMemory, Sample, Termination, fresh
+from .observations import DeploymentView, PoisonMemory, Sample, Termination, fresh
 from .status_messages import disable_message, poison_summary
 
 

@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
-from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.executor import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
@@ -27,24 +26,9 @@ from .frames import (BatchResult, attempts_before, frame, is_job_failure, runnin
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
 from .metrics import Metrics
-from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, Settler
+from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, QueueDisabled, Settler
 
 log = logging.getLogger("antidote.consumer")
-
-
-class QueueDisabled(Exception):
-    """The consumer must stop: its queue is disabled for `reason` (a condition reason)."""
-
-    codes = DISABLE_EXIT
-
-    def __init__(self, reason: str, message: str, at: dict | None = None):
-        super().__init__(f"{reason}: {message}")
-        self.reason, self.message = reason, message
-        self.at = at  # Fault: the poison record (as read) and why, for `antidote skip`
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return self.codes[self.reason]
 
 
 def worker_config(s: EffectiveSettings) -> WorkerConfig:

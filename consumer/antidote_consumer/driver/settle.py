@@ -9,6 +9,7 @@ import copy
 import logging
 import time
 
+from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.attempts import Reason, Verdict
 
@@ -20,6 +21,21 @@ log = logging.getLogger("antidote.consumer")
 TOO_LARGE = "too-large"
 DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size
 BATCH_FRAMING = 1024  # a record batch's header and the producer's own accounting margin
+
+
+class QueueDisabled(Exception):
+    """The consumer must stop: its queue is disabled for `reason` (a condition reason)."""
+
+    codes = DISABLE_EXIT
+
+    def __init__(self, reason: str, message: str, at: dict | None = None):
+        super().__init__(f"{reason}: {message}")
+        self.reason, self.message = reason, message
+        self.at = at  # Fault: the poison record (as read) and why, for `antidote skip`
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.codes[self.reason]
 
 
 class Settler:

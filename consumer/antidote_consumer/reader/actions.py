@@ -16,6 +16,9 @@ from .rules import Progress
 
 log = logging.getLogger("antidote.reader")
 
+READER_ERROR_CLASS = h.PREFIX + "reader.error.class"
+READER_ERROR_MESSAGE = h.PREFIX + "reader.error.message"
+
 
 def resolved(prog: Progress, lo: int, hi: int, keep: list[int]) -> Progress:
     """`prog` with offsets lo..hi resolved, except those in `keep`."""

@@ -25,7 +25,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from antidote_api.names import ledger_topic, reader_group_id, transactional_id
 from antidote_api.semantics import EffectiveSettings
-from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.retry import retrying
 from antidote_consumer.kafka.topics import max_message_bytes, partitions_of, wait_ready
@@ -37,8 +36,6 @@ from .rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, Rea
 
 log = logging.getLogger("antidote.reader")
 
-READER_ERROR_CLASS = h.PREFIX + "reader.error.class"
-READER_ERROR_MESSAGE = h.PREFIX + "reader.error.message"
 CHUNK = 500  # messages per transaction when no rate limit paces them
 EOF_WAIT = 70.0  # longest wait for an open transaction in the read topic (its timeout is 60s)
 
