@@ -75,6 +75,7 @@ class PoisonConditionReason(StrEnum):
     NON_RETRYABLE = "NonRetryable"
     VALIDATION = "Validation"
     BATCH_ISOLATION = "BatchIsolation"
+    HELD_OVERFLOW = "HeldOverflow"
 
 
 class Condition(ApiModel):

@@ -123,6 +123,18 @@ class QueueConsumerSpec(ApiModel):
                           "has side effects only).")
     spark: Spark = Field(default_factory=Spark, description="Spark resources and configuration.")
     checkpoint: Checkpoint = Field(description="Durable state of the stream.")
+    ordering: Literal["None", "Key"] = Field(
+        "None",
+        description="`Key`: a key's messages are processed in source order through retries: while "
+                    "one is in a retry cycle, the key's later messages are held behind it and run "
+                    "in order once it has its outcome (processed or its disposition). Other keys "
+                    "are not held; null keys are never ordered. `None`: no holding.",
+        json_schema_extra=seed("Service Bus sessions; a Kafka partition's order"))
+    max_held_per_key: int = Field(
+        1000, ge=1, le=100_000,
+        description="With ordering Key, the most messages held behind one key. One more is moved "
+                    "to the poison topic with reason `held-overflow` (whatever the disposition: "
+                    "it is never dropped, and can be redriven); the partition's other keys go on.")
 
 
 class Counts(ApiModel):
@@ -136,8 +148,8 @@ class Counts(ApiModel):
 
 class LastPoison(ApiModel):
     time: datetime = Field(description="When the message got its disposition.")
-    reason: PoisonReason = Field(description="Why: `max-attempts`, `non-retryable`, `validation` "
-                                             "or `batch-isolation`.")
+    reason: PoisonReason = Field(description="Why: `max-attempts`, `non-retryable`, `validation`, "
+                                             "`batch-isolation` or `held-overflow`.")
     error_class: str | None = Field(None, max_length=256, description="Exception class of the last failure.")
     disposition: Disposition = Field(description="What became of it.")
     topic: TopicName = Field(description="Original topic.")

@@ -23,5 +23,8 @@ POLICY = PREFIX + "policy"
 # Set by the poison-queue reader on a redriven message; it travels with the message (through
 # retry cycles back into the poison topic) so the reader's loop guard can count redrives.
 REDRIVE_COUNT = PREFIX + "redrive.count"
+# On a record parked in a retry topic only to keep its key's order (QueueConsumer spec.ordering
+# Key): it was not attempted; it runs once the message of its key ahead has its outcome.
+HELD = PREFIX + "held"
 # Set by `antidote skip` on the record it moved past a Fault: when (epoch ms).
 SKIPPED_AT = PREFIX + "skipped.at"

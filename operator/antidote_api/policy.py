@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 from .base import ApiModel, Rule
 from .conditions import Conditions
 from .duration import Duration
-from .wire import READER_ACTIONS
+from .wire import POISON_REASONS, READER_ACTIONS
 from .types import (API_VERSION, ApiVersionField, ClassName, Cron, Disposition, FreeObject,
                     KindField, Metadata, PoisonReason, SetOf, TopicName, seed)
 
@@ -176,7 +176,7 @@ class ReaderTrigger(ApiModel):
 class ReaderFilter(ApiModel):
     error_classes: SetOf(ClassName) | None = Field(
         None, description="Only messages whose `antidote.error.class` header is one of these.")
-    reasons: SetOf(PoisonReason, max_items=4) | None = Field(
+    reasons: SetOf(PoisonReason, max_items=len(POISON_REASONS)) | None = Field(
         None, description="Only messages quarantined for one of these reasons.")
     since: datetime | None = Field(None, description="Only messages quarantined at or after this time.")
     until: datetime | None = Field(None, description="Only messages quarantined before this time.")

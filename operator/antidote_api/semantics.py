@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from pydantic import Field
@@ -164,6 +164,8 @@ class EffectiveSettings(ApiModel):
     queue_disable: QueueDisable
     payload: Payload
     reader: Reader
+    ordering: Literal["None", "Key"] = "None"  # QueueConsumer spec.ordering
+    max_held_per_key: int = 1000
     resume_token: str | None = Field(
         None, description="Set by the operator when it re-enables a disabled queue (the time of "
                           "that resume). A consumer whose ledger says its queue is disabled starts "
@@ -199,4 +201,5 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
             non_retryable=list(r.non_retryable), attempt_timeout=r.attempt_timeout),
         validation=policy.validation, disposition=policy.disposition,
         topics=topics(policy, consumer.source.kafka.topic),
-        queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader)
+        queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader,
+        ordering=consumer.ordering, max_held_per_key=consumer.max_held_per_key)

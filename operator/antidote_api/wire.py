@@ -46,6 +46,8 @@ class PoisonReason(StrEnum):
     NON_RETRYABLE = "non-retryable"
     VALIDATION = "validation"
     BATCH_ISOLATION = "batch-isolation"
+    # spec.ordering Key: one more message of a key than spec.maxHeldPerKey (see ordering).
+    HELD_OVERFLOW = "held-overflow"
 
 
 POISON_REASONS = tuple(r.value for r in PoisonReason)
@@ -55,6 +57,7 @@ POISON_CONDITION_REASONS = {
     PoisonReason.NON_RETRYABLE.value: PoisonConditionReason.NON_RETRYABLE.value,
     PoisonReason.VALIDATION.value: PoisonConditionReason.VALIDATION.value,
     PoisonReason.BATCH_ISOLATION.value: PoisonConditionReason.BATCH_ISOLATION.value,
+    PoisonReason.HELD_OVERFLOW.value: PoisonConditionReason.HELD_OVERFLOW.value,
 }
 
 # The outcomes of a pass (`antidote_messages{outcome}`, status.counts).

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from antidote_consumer.ordering import (HELD_OVERFLOW, OVERFLOW, RUN, Action, Chain, Decision, Held,
+from antidote_consumer.worker.ordering import (HELD_OVERFLOW, OVERFLOW, RUN, Action, Chain, Decision, Held,
                                         HeldKeys, key_text)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import logging
 import math
 import threading
@@ -20,6 +21,7 @@ from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.executor import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
 from antidote_consumer.worker.local import MAX_ROWS as MAX_LOCAL_ROWS
 from antidote_consumer.worker.local import LocalWorker
+from antidote_consumer.worker.ordering import held_count
 
 from .frames import (BatchResult, attempts_before, frame, is_job_failure, running_tasks, segment_filter,
                      skip_key, unaccounted, first_line)
@@ -41,7 +43,9 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
         validation=s.validation.wire() if s.validation is not None else None,
         sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
-        fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds)
+        fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
+        max_held=s.max_held_per_key if s.ordering == "Key" else 0,
+        delays=tuple(d.ms for d in s.retries.cycle_delays))
 
 
 # A task that died on this did not run its messages (see _isolate).
@@ -121,6 +125,8 @@ class Runtime(Settler):
         if new.skipped:
             self.cfg = dataclasses.replace(self.cfg, skip=frozenset(skip_key(k) for k in new.skipped))
         self.metrics.restore(new.counts, new.attempts)
+        if self.cfg.max_held:
+            self.metrics.set_held(held_count(new.held))
         self.metrics.consecutive.labels(**self.metrics.ids).set(new.consecutive_failures)
         if self.disabled:
             self.metrics.set_disabled(self.disabled.reason)
@@ -195,6 +201,8 @@ class Runtime(Settler):
             elif r.kind == "end":
                 where = (r.topic, r.partition)
                 result.ends[where] = max(r.offset, result.ends.get(where, -1))
+            elif r.kind == "chains":
+                result.chains[r.partition] = r.error_message
             else:
                 result.failures.append(r)
         return result
@@ -229,6 +237,9 @@ class Runtime(Settler):
                 marked = copy.deepcopy(self.ledger.state)
                 marked.started_batch, marked.in_batch = batch_id, True
                 self.ledger.commit(marked, keys=("batch",))
+            if self.cfg.max_held:
+                # ordering Key: the tasks start from the chains the ledger committed.
+                self.cfg = dataclasses.replace(self.cfg, chains=json.dumps(self.ledger.state.held))
             started = time.monotonic()
             try:
                 result, isolated = self._execute_with_rollbacks(df, local_rows)
@@ -280,6 +291,14 @@ class Runtime(Settler):
         return state.consecutive_failures
 
     def _isolate(self, df, err: Exception) -> tuple[BatchResult, list]:
+        if self.cfg.max_held:
+            # Bisection runs parts of the batch apart, each from the same chains: a key's later
+            # message could run in one part before its earlier one failed in another. So with
+            # ordering Key the queue is disabled instead; nothing of the batch is lost.
+            raise QueueDisabled("ConsecutiveBatchFailures",
+                                f"{self.ledger.state.consecutive_failures} batch failures in a row; "
+                                "with ordering Key the batch is not bisected (it would break key "
+                                f"order), it stays unconsumed; last error: {first_line(err)}")
         df = frame(df)
         keys = [tuple(r) for r in df.select("topic", "partition", "offset")
                 .orderBy("topic", "partition", "offset").collect()]

@@ -170,7 +170,10 @@ class Consumer:
                                    self.s.source.max_messages_per_batch)
 
     def _due_frame(self, due):
-        return self.spark.createDataFrame(due.rows, INPUT_SCHEMA).select(*INPUT_COLUMNS)
+        df = self.spark.createDataFrame(due.rows, INPUT_SCHEMA).select(*INPUT_COLUMNS)
+        # ordering Key: one task, in read order, so a key's rows are decided in order (the rows
+        # would be split across tasks arbitrarily otherwise).
+        return df.coalesce(1) if self.s.ordering == "Key" else df
 
     def pump_once(self) -> tuple[int, int | None]:
         """Process the retry records due now; returns (records processed, next due ms).

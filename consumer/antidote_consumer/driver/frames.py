@@ -125,10 +125,12 @@ class BatchResult:
     n_ok: int = 0
     n_attempts: int = 0
     ends: dict[tuple[str, int], int] = field(default_factory=dict)  # last offset read, by partition
+    # ordering Key: source partition -> its chains after the batch (JSON), see worker.ordering
+    chains: dict[int, str] = field(default_factory=dict)
 
     def merge(self, other: BatchResult) -> BatchResult:
         ends = dict(self.ends)
         for where, last in other.ends.items():
             ends[where] = max(last, ends.get(where, -1))
         return BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
-                           self.n_attempts + other.n_attempts, ends)
+                           self.n_attempts + other.n_attempts, ends, {**self.chains, **other.chains})

@@ -23,6 +23,7 @@ from antidote_consumer.kafka.retry import retrying
 from antidote_consumer.kafka.transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
 
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
+HELD = "held:"  # + a source partition: its chains under ordering Key (worker.ordering)
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
 LedgerFenced = Fenced  # a newer instance of this consumer owns its ledger: this one stops
 __all__ = ["MAX_RECORD_BYTES", "Ledger", "LedgerFenced", "LedgerState", "load_state"]
@@ -43,6 +44,10 @@ class LedgerState:
     # "topic:partition" -> the next offset without an outcome, for the source topic and the
     # retry topics alike: records below it are accounted for (committed with their outcomes).
     positions: dict[str, int] = field(default_factory=dict)
+    # ordering Key: source partition ("3") -> its keys' chains (what is held behind which
+    # message, and where each is parked), one ledger entry per partition, committed with the
+    # batch's retry records. A partition whose chains emptied keeps {} (written as such).
+    held: dict[str, dict] = field(default_factory=dict)
     # Where a consumer with startingOffsets latest first started, by source partition: with
     # its checkpoint lost, a partition that never delivered a record starts there again.
     source_start: dict[str, int] = field(default_factory=dict)
@@ -60,6 +65,7 @@ class LedgerState:
             COUNTS: {**self.counts, "attempts": self.attempts},
             POSITIONS: dict(self.positions),
             SKIPS: {"fault": self.fault, "skipped": list(self.skipped)},
+            **{HELD + p: dict(chains) for p, chains in self.held.items()},
         }
 
     def apply(self, key: str, value: dict) -> None:
@@ -77,6 +83,8 @@ class LedgerState:
             self.counts = {k: value.get(k, 0) for k in OUTCOMES}
         elif key == POSITIONS:
             self.positions = dict(value)
+        elif key.startswith(HELD):
+            self.held[key[len(HELD):]] = dict(value)
         elif key == SKIPS:
             self.fault = value.get("fault")
             self.skipped = list(value.get("skipped") or [])
@@ -135,11 +143,12 @@ class Ledger:
         return self.state
 
     def commit(self, state: LedgerState, records: Iterable[Record] = (),
-               keys: Iterable[str] = (BATCH, COUNTS, POSITIONS, SKIPS)) -> None:
-        """Produce `records` and `state`'s entries named by `keys` in one transaction; the
-        in-memory state becomes `state` only once Kafka has committed it. Raises
-        LedgerFenced, for good, once a newer instance has taken the transactional id."""
+               keys: Iterable[str] | None = None) -> None:
+        """Produce `records` and `state`'s entries named by `keys` (default: all of them) in one
+        transaction; the in-memory state becomes `state` only once Kafka has committed it.
+        Raises LedgerFenced, for good, once a newer instance has taken the transactional id."""
         entries = state.entries()
+        keys = entries.keys() if keys is None else keys
         self.writer.transaction(records, then=[(self.topic, None, k.encode(), json.dumps(entries[k]).encode(), [])
                                                for k in keys])
         self.state = state

@@ -110,6 +110,10 @@ class Metrics:
                                "When the runtime last showed progress (a retry-pump round, a batch's "
                                "Spark job starting or ending); /healthz fails when it is too old.",
                                LABELS, registry=r)
+        self.held = Gauge("antidote_held_messages",
+                          "Messages held behind an earlier message of their key in a retry cycle "
+                          "(QueueConsumer spec.ordering Key), as the ledger last committed them.",
+                          LABELS, registry=r)
         self.liveness = Liveness()
         self.ids = ids
 
@@ -147,6 +151,9 @@ class Metrics:
                                 topic=topic).set(at)
         self.last_poison_partition.labels(**self.ids).set(partition)
         self.last_poison_offset.labels(**self.ids).set(offset)
+
+    def set_held(self, n: int) -> None:
+        self.held.labels(**self.ids).set(n)
 
     def count(self, outcome: str, n: int = 1) -> None:
         if n:

@@ -6,12 +6,14 @@ life (execute, roll back, isolate, settle) with the transaction's details here."
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 
 from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.attempts import Reason, Verdict
+from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
 
 from .frames import BatchResult, isolated_at, now_ms, origin_of, row_at
 
@@ -77,6 +79,7 @@ class Settler:
         counts["processed"] += result.n_ok
         state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
         poisoned = []
+        overflowed: list[h.Origin] = []
         dues: list[int] = []
         for r in result.failures:
             user = [(x.key, x.value) for x in (r.headers or [])]
@@ -85,6 +88,13 @@ class Settler:
                           last_failure=r.last_failure, error_class=r.error_class,
                           error_message=r.error_message, stack=r.stack, consumer=self.consumer_id,
                           policy=s.policy)
+            if r.kind in ("held", "overflow"):  # ordering Key: never attempted here
+                records.append(self._held_record(r, user, common))
+                if r.kind == "held":
+                    dues.append(r.last_failure)
+                else:
+                    overflowed.append(origin)
+                continue
             if r.kind == Verdict.RETRY.value:
                 cycle = r.cycle + 1
                 due = now + s.retries.cycle_delays[r.cycle].ms
@@ -110,6 +120,9 @@ class Settler:
         # Fault never gets here with a poisoned message (it stopped above): nothing is counted.
         outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped", "Fault": "moved"}[s.disposition]
         counts[outcome] += len(poisoned)
+        counts["moved"] += len(overflowed)
+        for p, chains in result.chains.items():
+            state.held[str(p)] = json.loads(chains)
         state.consecutive_failures = 0
         if batch_id is not None:
             state.committed_batch = state.started_batch = batch_id
@@ -123,7 +136,7 @@ class Settler:
             state.positions.update(positions)
         self.ledger.commit(state, records)
         retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
-        if retried:
+        if dues:
             due = min(dues)
             self.scheduled_due = due if self.scheduled_due is None else min(self.scheduled_due, due)
             if self.on_scheduled is not None:
@@ -135,6 +148,16 @@ class Settler:
         m.count("processed", result.n_ok)
         m.count("retried", retried)
         m.count(outcome, len(poisoned))
+        m.count("moved", len(overflowed))
+        if self.cfg.max_held:
+            m.set_held(held_count(state.held))
+        for origin in overflowed:
+            m.poison.labels(**ids, reason=HELD_OVERFLOW, disposition="Move").inc()
+            self._last_poison(HELD_OVERFLOW, None, origin)
+        if overflowed:
+            log.warning("%d message(s) held past maxHeldPerKey (%d) moved to %s (reason %s); last: "
+                        "%s/%d/%d", len(overflowed), s.max_held_per_key, s.topics.poison, HELD_OVERFLOW,
+                        overflowed[-1].topic, overflowed[-1].partition, overflowed[-1].offset)
         m.attempts.labels(**ids).inc(result.n_attempts)
         m.consecutive.labels(**ids).set(0)
         for reason, error_class, origin in poisoned:
@@ -148,6 +171,23 @@ class Settler:
     def _last_poison(self, reason: str, error_class: str | None, origin: h.Origin) -> None:
         self.metrics.set_last_poison(reason, error_class, origin.topic, origin.partition, origin.offset,
                                      time.time())
+
+    def _held_record(self, r, user, common) -> tuple:
+        """The record of a row the ordering rules did not run (worker.ordering): "held", parked
+        in retry topic `r.cycle` behind its key's message ahead, due at `r.last_failure`; or
+        "overflow", past maxHeldPerKey: moved to the poison topic whatever the disposition
+        (dropping it would lose it; a Fault would stop every other key for one busy key)."""
+        s = self.s
+        base = {**common, "last_failure": r.first_failure}
+        if r.kind == "held":
+            topic = s.topics.retry[r.cycle - 1]
+            hdrs = user + h.failure_headers(cycle=r.cycle, reason=None, due=r.last_failure, **base)
+            hdrs.append((h.HELD, b"1"))
+        else:
+            topic = s.topics.poison
+            hdrs = user + h.failure_headers(cycle=0, reason=HELD_OVERFLOW, disposition="Move", **base)
+        hdrs = self._fitted(topic, r.key, r.value, hdrs, row_at(r))
+        return (topic, r.opartition % self.partitions, r.key, r.value, hdrs)
 
     def _disposition(self, key, value, user, cycle, reason, common, at: dict) -> list:
         s = self.s

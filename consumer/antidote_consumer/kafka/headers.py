@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from antidote_api.headers import (ATTEMPTS, CONSUMER, CYCLE, DISPOSITION, DUE, ERROR_CLASS,  # noqa: F401
-                                  ERROR_MESSAGE, ERROR_STACK, FIRST_FAILURE, LAST_FAILURE,
+                                  ERROR_MESSAGE, ERROR_STACK, FIRST_FAILURE, HELD, LAST_FAILURE,
                                   ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TIMESTAMP,
                                   ORIGINAL_TOPIC, POLICY, PREFIX, REASON, REDRIVE_COUNT, SKIPPED_AT)
 

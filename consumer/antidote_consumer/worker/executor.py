@@ -7,6 +7,7 @@ which the ledger records as accounted for). Successful outputs never travel to t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .attempts import Plan, Reason, Verdict, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
 from .message import Message
+from .ordering import HELD_OVERFLOW, Action, TaskOrder
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
 HEADERS = "array<struct<key:string,value:binary>>"
@@ -60,13 +62,18 @@ class WorkerConfig:
     fault_stops: bool = False  # disposition Fault: nothing after a poison message is processed
     skip: frozenset[tuple[str, int, int]] = frozenset()  # moved away by `antidote skip`
     attempt_timeout: float = 60.0  # seconds, spec.retries.attemptTimeout
+    # spec.ordering Key (see ordering.py): the bound per key (0: no ordering), the chains at
+    # the batch's start (JSON, from the ledger) and the cycle delays (ms) a failed front waits.
+    max_held: int = 0
+    chains: str = ""
+    delays: tuple[int, ...] = ()
 
 
 _cache: dict[Any, Any] = {}
 
 
 def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
-    key = ("plan", repr(cfg))  # the config holds dicts: not hashable
+    key = ("plan", repr(dataclasses.replace(cfg, chains="")))  # dicts: not hashable; chains change
     if key not in _cache:
         from antidote_api.policy import Validation
         from antidote_api.semantics import message_checker
@@ -141,6 +148,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     skip = cfg.skip
     ok = Verdict.OK
     check = plan.check
+    order = TaskOrder(cfg.max_held, cfg.chains, cfg.delays) if cfg.max_held else None
     # The hot loop: a success costs one Message, one handler call and one produce; everything a
     # failure needs (origin, headers parsing, error details) is built only on failure.
     for batch in batches:
@@ -176,9 +184,24 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           None, now, now, None)
                     continue
                 cycle, before, first, o = state.cycle, state.attempts, state.first_failure, state.origin
+                held = h.HELD in (k for k, _ in user)
                 user = h.user_headers(user)
+                if held:  # parked for its key's order, never attempted: a first delivery
+                    cycle, before, first = 0, 0, None
                 msg = Message(key, value, tuple(user), o.topic, o.partition, o.offset, o.timestamp,
                               attempt=before + 1)
+            if order is not None and key is not None:
+                decided = order.before(msg.partition, key, msg.offset, from_source=topic == source,
+                                       held=topic != source and held)
+                if decided.action is not Action.RUN:
+                    # Held (parked behind its key's message ahead) or past the bound: no
+                    # attempt. `cycle` is the retry topic it goes to, `last_failure` its due.
+                    overflow = decided.action is Action.OVERFLOW
+                    _emit(out, "overflow" if overflow else "held", key, value, user, _origin(msg),
+                          topic, partition, offset, before, decided.cycle,
+                          HELD_OVERFLOW if overflow else None, None, None, None,
+                          first if first is not None else now, decided.due, None)
+                    continue
             # The first attempt is made here, inline: a pass through run_pass costs ~2.5us a
             # message (an Outcome, enum lookups), as much as a small handler. run_pass takes
             # over when validation refuses the message or the first attempt fails.
@@ -208,6 +231,9 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                 if result.verdict is not ok:
                     if fault_stops and result.verdict is Verdict.FINAL:
                         faulted.add((topic, partition))
+                    if order is not None:
+                        order.after(msg.partition, key, msg.offset, now=now,
+                                    retry_cycle=cycle + 1 if result.verdict is Verdict.RETRY else None)
                     _emit(out, result.verdict.value, key, value, user, _origin(msg), topic, partition,
                           offset, before + result.attempts, cycle,
                           result.reason.value if result.reason else None, result.error_class,
@@ -216,6 +242,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                     continue
                 output, calls = result.output, result.attempts
             n_ok += 1
+            if order is not None:
+                order.after(msg.partition, key, msg.offset, retry_cycle=None, now=now)
             if output is None:
                 continue
             if producer is not None:
@@ -240,12 +268,16 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             producer.flush(5)
             raise RuntimeError(f"sink topic {sink_topic}: {len(_sink_errors)} outputs refused, "
                                f"{remaining} unsent after {SINK_WAIT_S:g}s; errors: {_sink_errors[:3]}")
-    n = 1 + len(ends)
+    chains = order.results() if order is not None else []
+    n = 1 + len(ends) + len(chains)
     summary = {name: [None] * n for name in RESULT_FIELDS}
-    summary.update(kind=["summary"] + ["end"] * len(ends), n_ok=[n_ok] + [0] * len(ends),
-                   n_attempts=[n_attempts] + [0] * len(ends),
-                   topic=[None] + [t for t, _ in ends], partition=[None] + [p for _, p in ends],
-                   offset=[None] + list(ends.values()))
+    # "chains" rows: a source partition's chains after this task (ordering Key), as JSON.
+    summary.update(kind=["summary"] + ["end"] * len(ends) + ["chains"] * len(chains),
+                   n_ok=[n_ok] + [0] * (n - 1), n_attempts=[n_attempts] + [0] * (n - 1),
+                   topic=[None] + [t for t, _ in ends] + [None] * len(chains),
+                   partition=[None] + [p for _, p in ends] + [p for p, _ in chains],
+                   offset=[None] + list(ends.values()) + [None] * len(chains),
+                   error_message=[None] * (1 + len(ends)) + [c for _, c in chains])
     yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())
 
 

@@ -31,10 +31,13 @@ the same chains and rebuilds the same decisions.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-HELD_OVERFLOW = "held-overflow"  # the reason of a message past maxHeldPerKey
+from antidote_api.wire import PoisonReason
+
+HELD_OVERFLOW = PoisonReason.HELD_OVERFLOW.value  # the reason of a message past maxHeldPerKey
 
 
 class Action(StrEnum):
@@ -181,3 +184,52 @@ class HeldKeys:
             del chains[key_text(key)]
             if not chains:
                 self.chains.pop(partition, None)
+
+
+class TaskOrder:
+    """The rules as one task (or the local worker) applies them to its rows: it starts from
+    the chains the driver committed, decides row by row, and hands back the chains of the
+    partitions it decided on (the driver commits them with the batch)."""
+
+    def __init__(self, max_held: int, chains: str, delays: tuple[int, ...]):
+        loaded = {int(p): {k: Chain.from_wire(v) for k, v in c.items()}
+                  for p, c in json.loads(chains or "{}").items()}
+        self.keys = HeldKeys(max_held, loaded)
+        self.delays = delays  # ms, by cycle (0-based): the due time a failed front waits for
+        self.touched: set[int] = set()
+
+    def before(self, partition: int, key: bytes | None, offset: int, *, from_source: bool,
+               held: bool) -> Decision:
+        """What to do with a row: source coordinates (`partition`, `offset`) of the message."""
+        if key is None:
+            return RUN
+        self.touched.add(partition)
+        if from_source:
+            return self.keys.on_source(partition, key, offset)
+        return self.keys.on_held(partition, key, offset) if held else RUN
+
+    def after(self, partition: int, key: bytes | None, offset: int, *, retry_cycle: int | None,
+              now: int) -> None:
+        """A row that ran: `retry_cycle` is the retry topic (1-based) it goes to, if it does."""
+        if key is None:
+            return
+        self.touched.add(partition)
+        due = now + self.delays[retry_cycle - 1] if retry_cycle is not None else 0
+        self.keys.on_outcome(partition, key, offset, retry_cycle=retry_cycle, due=due)
+
+    def results(self) -> list[tuple[int, str]]:
+        """(source partition, its chains as JSON) of every partition this task decided on."""
+        return [(p, json.dumps(self.keys.wire(p))) for p in sorted(self.touched)]
+
+
+def held_count(by_partition: dict[str, dict]) -> int:
+    """Messages held in the ledger's chains (wire form, as LedgerState.held)."""
+    return sum(len(c.get("held") or ()) for chains in by_partition.values() for c in chains.values())
+
+
+def load_chains(max_held: int, by_partition: dict[str, dict]) -> HeldKeys:
+    """The ledger's chains ("partition" -> that partition's chains, wire form)."""
+    keys = HeldKeys(max_held)
+    for p, value in by_partition.items():
+        keys.load(int(p), value)
+    return keys
