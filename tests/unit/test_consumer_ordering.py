@@ -257,3 +257,19 @@ def test_simulated_overflow_quarantines_and_keeps_the_rest_in_order() -> None:
     assert simulate.overflowed and set(simulate.overflowed) <= set(quarantined)
     assert sorted(processed + quarantined) == [r.offset for r in source]
     assert out_of_order(source, processed) == [] and chains.count() == 0
+
+
+def test_inspect_lists_held_keys_from_the_ledger_form() -> None:
+    from antidote_cli.oncall.held import held_keys, render_held
+
+    held = HeldKeys(max_held=5)
+    held.on_outcome(2, b"order-42", 10, retry_cycle=1, due=1000)
+    for o in (11, 12, 13):
+        held.on_source(2, b"order-42", o)
+    held.on_outcome(0, b"\xff", 3, retry_cycle=2, due=9)
+    rows = held_keys({str(p): held.wire(p) for p in (0, 2)})
+    assert [(r.partition, r.key, r.front, r.cycle, r.held, r.first_held, r.last_held) for r in rows] == [
+        (0, "b64:/w==", 3, 2, 0, None, None), (2, "order-42", 10, 1, 3, 11, 13)]
+    lines = render_held(rows, limit=1)
+    assert lines[0] == "ordering Key: 3 message(s) held behind 2 key(s)"
+    assert lines[-1] == "1 more key(s) not shown (--limit 1)"

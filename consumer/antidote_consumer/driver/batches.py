@@ -216,7 +216,7 @@ class Runtime(Settler):
         # overwrites it, and a replayed batch reads the same record first and overwrites its
         # own folder: idempotent. (Original offsets collide: a retried message's with the
         # batch it came from, partitions' with each other.)
-        first = mapped.filter("kind NOT IN ('summary', 'end')").selectExpr(
+        first = mapped.filter("kind NOT IN ('summary', 'end', 'chains')").selectExpr(
             "min(struct(topic, partition, offset)) AS f").first().f
         if first is not None:
             out.write.mode("overwrite").format(self.s.sink.format).save(

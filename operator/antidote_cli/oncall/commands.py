@@ -27,6 +27,7 @@ from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, RESUME_ANNOTATIO
 
 from .cluster import CliError, Cluster
 from .quarantine import PAYLOAD_CHARS, inspect_filter, read_topic
+from .held import held_json, read_held, render_held
 from .table import header_line, render_table, say
 
 def _since(text: str | None, flag: str = "--since") -> datetime | None:
@@ -60,10 +61,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     group = reader_group_id(s.namespace, s.consumer)
     rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
                                       props=_props(args.kafka_property or []), only=only)
+    held = read_held(s, bootstrap, _props(args.kafka_property or [])) if s.ordering == "Key" else None
     if args.output == "json":
         print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
                           "status": qc.get("status") or {}, "total": total, "matched": matched,
-                          "shown": len(rows), "messages": [asdict(r) for r in rows]}, indent=2))
+                          "shown": len(rows), "messages": [asdict(r) for r in rows],
+                          "held": held_json(held) if held is not None else None}, indent=2))
         return 0
     # Wrapped, not cut: the conditions say why the consumer stopped.
     say(header_line(qc))
@@ -78,6 +81,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"payloads are cut to {PAYLOAD_CHARS} characters; they may hold secrets")
     if matched > len(rows):
         print(f"{matched - len(rows)} more not shown (--limit {args.limit})")
+    if held is not None:
+        for line in render_held(held, args.limit):
+            print(line)
     return 0
 
 
