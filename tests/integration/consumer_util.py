@@ -92,7 +92,7 @@ def quarantined(bootstrap: str, topic: str) -> dict[tuple[int, int], tuple]:
 
 def write_manifests(folder: Path, *, name: str, namespace: str, bootstrap: str, source: str,
                     handler: str, policy: dict, sink: str | None = None,
-                    max_batch: int | None = None) -> list[str]:
+                    max_batch: int | None = None, extra: dict | None = None) -> list[str]:
     """A QueueConsumer (policyRef `pp`) and its PoisonPolicy as files in `folder`, for
     `antidote consumer`: the arguments that name them."""
     kafka: dict = {"bootstrapServers": bootstrap, "topic": source}
@@ -102,6 +102,7 @@ def write_manifests(folder: Path, *, name: str, namespace: str, bootstrap: str, 
                   "checkpoint": {"location": str(folder / "ckpt")}}
     if sink is not None:
         spec["sink"] = {"kafka": {"topic": sink}}
+    spec.update(extra or {})  # more QueueConsumer spec fields
     qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
           "metadata": {"name": name, "namespace": namespace}, "spec": spec}
     pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",

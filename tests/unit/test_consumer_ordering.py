@@ -273,3 +273,18 @@ def test_inspect_lists_held_keys_from_the_ledger_form() -> None:
     lines = render_held(rows, limit=1)
     assert lines[0] == "ordering Key: 3 message(s) held behind 2 key(s)"
     assert lines[-1] == "1 more key(s) not shown (--limit 1)"
+
+
+def test_the_ledger_keeps_one_held_entry_per_source_partition() -> None:
+    from antidote_consumer.driver.ledger import LedgerState
+
+    held = HeldKeys(max_held=5)
+    held.on_outcome(1, b"a", 10, retry_cycle=1, due=1000)
+    held.on_source(1, b"a", 11)
+    state = LedgerState(held={"1": held.wire(1), "0": {}})
+    entries = state.entries()
+    assert entries["held:1"] == held.wire(1) and entries["held:0"] == {}
+    again = LedgerState()
+    for key, value in entries.items():
+        again.apply(key, value)
+    assert again.held == state.held
