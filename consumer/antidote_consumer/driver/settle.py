@@ -9,9 +9,11 @@ import copy
 import logging
 import time
 
+from antidote_api.semantics import retry_after_bound
 from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.attempts import Reason, Verdict
+from antidote_consumer.worker.chosen import retry_delay_ms, systemic_signal
 
 from .frames import BatchResult, isolated_at, now_ms, origin_of, row_at
 
@@ -46,7 +48,7 @@ class Settler:
         # the checks before the commit (systemic? too large? Fault?) would be harder to see.
         s = self.s
         if not isolated and self._systemic(result):
-            failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
+            failed = sum(1 for r in result.failures if systemic_signal(r))
             total = result.n_ok + len(result.failures)
             raise QueueDisabled("SystemicFailure",
                                 f"{failed} of {total} messages failed in this batch (threshold "
@@ -78,6 +80,9 @@ class Settler:
         state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
         poisoned = []
         dues: list[int] = []
+        bound_d = retry_after_bound(s.retries)
+        bound = bound_d.ms if bound_d is not None else None
+        capped = 0  # Retry(after=...) longer than the bound
         for r in result.failures:
             user = [(x.key, x.value) for x in (r.headers or [])]
             origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
@@ -87,7 +92,9 @@ class Settler:
                           policy=s.policy)
             if r.kind == Verdict.RETRY.value:
                 cycle = r.cycle + 1
-                due = now + s.retries.cycle_delays[r.cycle].ms
+                due = now + retry_delay_ms(r.retry_after, s.retries.cycle_delays[r.cycle].ms, bound)
+                if r.retry_after is not None and bound is not None and r.retry_after > bound:
+                    capped += 1
                 dues.append(due)
                 hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
                 topic = s.topics.retry[r.cycle]
@@ -123,6 +130,9 @@ class Settler:
             state.positions.update(positions)
         self.ledger.commit(state, records)
         retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
+        if capped:
+            log.warning("%d message(s) asked Retry(after=...) longer than %s (maxCycleDelay, or the "
+                        "longest cycle delay without one): scheduled at that", capped, bound_d)
         if retried:
             due = min(dues)
             self.scheduled_due = due if self.scheduled_due is None else min(self.scheduled_due, due)
