@@ -14,7 +14,7 @@ from .conditions import Conditions
 from .duration import Duration
 from .wire import READER_ACTIONS
 from .types import (API_VERSION, ApiVersionField, ClassName, Cron, Disposition, FreeObject,
-                    KindField, Metadata, PoisonReason, SetOf, TopicName, seed)
+                    KindField, Metadata, NativeHeaderSet, PoisonReason, SetOf, TopicName, seed)
 
 
 class Retries(ApiModel):
@@ -260,6 +260,14 @@ class PoisonPolicySpec(ApiModel):
         description="When the whole consumer is disabled (paused) instead of quarantining.",
         json_schema_extra=seed("Service Broker poison-message detection; BROKER_QUEUE_DISABLED"))
     payload: Payload = Field(default_factory=Payload, description="Payload handling.")
+    native_headers: SetOf(NativeHeaderSet, max_items=2) = Field(
+        default_factory=list,
+        description="Kafka-native error header sets to write as well on quarantined records (the "
+                    "poison and dead-letter topics), with the same facts as the `antidote.*` "
+                    "headers, so Kafka's own dead-letter tooling reads them: `Connect` (Kafka "
+                    "Connect's `__connect.errors.*`), `ShareGroup` (the share-group dead-letter "
+                    "queue's `__dlq.errors.*`, KIP-1191, Kafka 4.4). Default: none.",
+        json_schema_extra=seed("Kafka Connect errors.deadletterqueue.context.headers.enable; KIP-1191"))
     reader: Reader = Field(default_factory=Reader, description="Poison-queue reader jobs.",
                            json_schema_extra=seed("WCF poison-message service; SQS redrive"))
 

@@ -182,6 +182,9 @@ class EffectiveSettings(ApiModel):
     queue_disable: QueueDisable
     payload: Payload
     reader: Reader
+    native_headers: list[str] = Field(
+        default_factory=list, description="Kafka-native error header sets also written on "
+                                          "quarantined records (the policy's nativeHeaders).")
     resume_token: str | None = Field(
         None, description="Set by the operator when it re-enables a disabled queue (the time of "
                           "that resume). A consumer whose ledger says its queue is disabled starts "
@@ -218,4 +221,5 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
             max_cycle_delay=r.max_cycle_delay),
         validation=policy.validation, disposition=policy.disposition,
         topics=topics(policy, consumer.source.kafka.topic),
-        queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader)
+        queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader,
+        native_headers=list(policy.native_headers))

@@ -12,6 +12,7 @@ import time
 from antidote_api.semantics import retry_after_bound
 from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import headers as h
+from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason, Verdict
 from antidote_consumer.worker.chosen import retry_delay_ms, systemic_signal
 
@@ -166,6 +167,8 @@ class Settler:
         topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
         hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
         hdrs = self._fitted(topic, key, value, hdrs, at)
+        if s.native_headers:
+            hdrs = with_native(key, value, hdrs, s.native_headers, s.handler, self.max_bytes.get(topic))
         return [(topic, common["origin"].partition % self.partitions, key, value, hdrs)]
 
     def _fitted(self, topic: str, key, value, hdrs: list, at: dict) -> list:
