@@ -15,7 +15,7 @@ from .base import ApiModel
 from .consumer import Checkpoint, KafkaSink, KafkaSource, QueueConsumerSpec, Spark
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
-from .types import Disposition
+from .types import Disposition, NativeHeaderSet
 
 MAX_TOPIC_LENGTH = 249
 
@@ -182,7 +182,7 @@ class EffectiveSettings(ApiModel):
     queue_disable: QueueDisable
     payload: Payload
     reader: Reader
-    native_headers: list[str] = Field(
+    native_headers: list[NativeHeaderSet] = Field(
         default_factory=list, description="Kafka-native error header sets also written on "
                                           "quarantined records (the policy's nativeHeaders).")
     resume_token: str | None = Field(
