@@ -146,3 +146,32 @@ def test_the_breaker_does_not_count_validation_nor_a_handlers_non_retryable() ->
     assert systemic_signal(row("non-retryable"))           # a class listed in the policy
     assert not systemic_signal(row("validation"))
     assert not systemic_signal(row("non-retryable", CHOSE_NON_RETRYABLE))
+
+
+def choosing(msg: Message):
+    """For the hot loop test below: by value."""
+    if msg.value == b"later":
+        raise Retry(after="10m")
+    if msg.value == b"never":
+        raise NonRetryable("no such customer")
+    return msg.value
+
+
+def test_the_hot_loop_reports_the_choice_in_its_result_rows() -> None:
+    import pyarrow as pa
+
+    from antidote_consumer.worker import INPUT_FIELDS, WorkerConfig, arrow_schema, process
+
+    values = [b"ok", b"later", b"never"]
+    cols = {"key": [None] * 3, "value": values, "topic": ["src"] * 3, "partition": [0] * 3,
+            "offset": [5, 6, 7], "ts": [0] * 3, "headers": [None] * 3}
+    cfg = WorkerConfig(handler=f"{__name__}:choosing", source_topic="src", immediate=4, cycles=1,
+                       non_retryable=frozenset(), validation=None, sink_kafka=None, emit_outputs=False)
+    rows = [r for b in process(cfg, iter([pa.RecordBatch.from_pydict(cols, schema=arrow_schema(INPUT_FIELDS))]))
+            for r in b.to_pylist() if r["kind"] in ("retry", "final")]
+    by = {r["value"]: r for r in rows}
+    assert set(by) == {b"later", b"never"}
+    assert (by[b"later"]["kind"], by[b"later"]["chosen"], by[b"later"]["retry_after"],
+            by[b"later"]["attempts"]) == ("retry", CHOSE_RETRY, 600_000, 1)
+    assert (by[b"never"]["kind"], by[b"never"]["reason"], by[b"never"]["chosen"],
+            by[b"never"]["attempts"]) == ("final", "non-retryable", CHOSE_NON_RETRYABLE, 1)
