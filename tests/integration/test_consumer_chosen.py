@@ -4,8 +4,8 @@ worker, the ledger."""
 
 from __future__ import annotations
 
-from antidote_consumer import headers as h
-from antidote_consumer.runtime import ExitCode
+from antidote_api.wire import ExitCode
+from antidote_consumer.kafka import headers as h
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all

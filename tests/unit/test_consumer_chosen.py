@@ -160,7 +160,7 @@ def choosing(msg: Message):
 def test_the_hot_loop_reports_the_choice_in_its_result_rows() -> None:
     import pyarrow as pa
 
-    from antidote_consumer.worker import INPUT_FIELDS, WorkerConfig, arrow_schema, process
+    from antidote_consumer.worker.executor import INPUT_FIELDS, WorkerConfig, arrow_schema, process
 
     values = [b"ok", b"later", b"never"]
     cols = {"key": [None] * 3, "value": values, "topic": ["src"] * 3, "partition": [0] * 3,
