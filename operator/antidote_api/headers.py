@@ -28,3 +28,31 @@ REDRIVE_COUNT = PREFIX + "redrive.count"
 HELD = PREFIX + "held"
 # Set by `antidote skip` on the record it moved past a Fault: when (epoch ms).
 SKIPPED_AT = PREFIX + "skipped.at"
+
+# Kafka-native error headers, written beside Antidote's on quarantined records when the
+# PoisonPolicy's spec.nativeHeaders names their set, so Kafka's own dead-letter tooling reads
+# them. Names as upstream defines them (docs/consumer.md says where): Kafka Connect's
+# DeadLetterQueueReporter ...
+CONNECT_PREFIX = "__connect.errors."
+CONNECT_TOPIC = CONNECT_PREFIX + "topic"
+CONNECT_PARTITION = CONNECT_PREFIX + "partition"
+CONNECT_OFFSET = CONNECT_PREFIX + "offset"
+CONNECT_CONNECTOR = CONNECT_PREFIX + "connector.name"
+CONNECT_TASK = CONNECT_PREFIX + "task.id"
+CONNECT_STAGE = CONNECT_PREFIX + "stage"
+CONNECT_CLASS = CONNECT_PREFIX + "class.name"
+CONNECT_EXCEPTION = CONNECT_PREFIX + "exception.class.name"
+CONNECT_MESSAGE = CONNECT_PREFIX + "exception.message"
+CONNECT_STACK = CONNECT_PREFIX + "exception.stacktrace"
+# ... and the share-group dead-letter queue of KIP-1191 (ShareGroupDLQStateManager, Kafka 4.4.0).
+DLQ_PREFIX = "__dlq.errors."
+DLQ_TOPIC = DLQ_PREFIX + "topic"
+DLQ_PARTITION = DLQ_PREFIX + "partition"
+DLQ_OFFSET = DLQ_PREFIX + "offset"
+DLQ_GROUP = DLQ_PREFIX + "group"
+DLQ_DELIVERY_COUNT = DLQ_PREFIX + "delivery.count"
+DLQ_MESSAGE = DLQ_PREFIX + "message"
+# spec.nativeHeaders' values (types.NativeHeaderSet) and the prefix of each set.
+CONNECT = "Connect"
+SHARE_GROUP = "ShareGroup"
+NATIVE_SETS = {CONNECT: CONNECT_PREFIX, SHARE_GROUP: DLQ_PREFIX}

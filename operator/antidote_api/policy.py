@@ -14,7 +14,7 @@ from .conditions import Conditions
 from .duration import Duration
 from .wire import POISON_REASONS, READER_ACTIONS
 from .types import (API_VERSION, ApiVersionField, ClassName, Cron, Disposition, FreeObject,
-                    KindField, Metadata, PoisonReason, SetOf, TopicName, seed)
+                    KindField, Metadata, NativeHeaderSet, PoisonReason, SetOf, TopicName, seed)
 
 
 class Retries(ApiModel):
@@ -39,12 +39,16 @@ class Retries(ApiModel):
         json_schema_extra=seed("Spring Kafka BackOff multiplier; NATS JetStream BackOff"))
     max_cycle_delay: Duration | None = Field(
         None,
-        description="Upper bound of a cycle's delay once backoff has grown it. Default: unbounded.",
+        description="Upper bound of a cycle's delay once backoff has grown it, and of the delay a "
+                    "handler asks for with `raise antidote.Retry(after=...)` (without it, that "
+                    "delay is capped at the longest cycle delay). Default: unbounded.",
         json_schema_extra=seed("Spring Kafka maxDelay"))
     non_retryable: SetOf(ClassName) = Field(
         default_factory=list,
         description="Exception class names (`ValueError`, `json.JSONDecodeError`) that skip all "
-                    "retries: the message gets its disposition at once, reason `non-retryable`.",
+                    "retries: the message gets its disposition at once, reason `non-retryable`. A "
+                    "handler can decide the same for one message with `raise "
+                    "antidote.NonRetryable(why)`.",
         json_schema_extra=seed("Spring Kafka notRetryOn / addNotRetryableExceptions"))
     attempt_timeout: Duration = Field(
         Duration.parse("60s"),
@@ -114,7 +118,9 @@ class FailureRatio(ApiModel):
     threshold: float = Field(
         0.5, gt=0.0, le=1.0,
         description="Fraction of failed messages in the window, in (0, 1], above which the "
-                    "fault is taken as systemic (a downstream outage): pause, do not quarantine.")
+                    "fault is taken as systemic (a downstream outage): pause, do not quarantine. "
+                    "Messages refused by `validation` and those a handler declared "
+                    "`antidote.NonRetryable` are not counted as failed.")
     window: Duration = Field(Duration.parse("5m"), description="Sliding window the ratio is computed over.")
     min_messages: int = Field(
         100, ge=1, description="Messages the window must hold before the ratio counts.")
@@ -260,6 +266,14 @@ class PoisonPolicySpec(ApiModel):
         description="When the whole consumer is disabled (paused) instead of quarantining.",
         json_schema_extra=seed("Service Broker poison-message detection; BROKER_QUEUE_DISABLED"))
     payload: Payload = Field(default_factory=Payload, description="Payload handling.")
+    native_headers: SetOf(NativeHeaderSet, max_items=2) = Field(
+        default_factory=list,
+        description="Kafka-native error header sets to write as well on quarantined records (the "
+                    "poison and dead-letter topics), with the same facts as the `antidote.*` "
+                    "headers, so Kafka's own dead-letter tooling reads them: `Connect` (Kafka "
+                    "Connect's `__connect.errors.*`), `ShareGroup` (the share-group dead-letter "
+                    "queue's `__dlq.errors.*`, KIP-1191, Kafka 4.4). Default: none.",
+        json_schema_extra=seed("Kafka Connect errors.deadletterqueue.context.headers.enable; KIP-1191"))
     reader: Reader = Field(default_factory=Reader, description="Poison-queue reader jobs.",
                            json_schema_extra=seed("WCF poison-message service; SQS redrive"))
 

@@ -15,7 +15,7 @@ from .base import ApiModel
 from .consumer import Checkpoint, KafkaSink, KafkaSource, QueueConsumerSpec, Spark
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
-from .types import Disposition
+from .types import Disposition, NativeHeaderSet
 
 MAX_TOPIC_LENGTH = 249
 
@@ -136,6 +136,24 @@ class EffectiveRetries(ApiModel):
     non_retryable: list[str]
     attempt_timeout: Duration = Field(Duration.parse("60s"),
                                       description="Longest one handler call may run.")
+    max_cycle_delay: Duration | None = Field(
+        None, description="The policy's maxCycleDelay: also the cap of a handler's Retry(after=...).")
+
+
+def retry_after_bound(r: EffectiveRetries) -> Duration | None:
+    """The longest wait a handler's `Retry(after=...)` gets: maxCycleDelay, or without one
+    the longest cycle delay (retry topics keep records that long plus 7 days, so a longer
+    wait could outlive them). None when the policy has no cycles."""
+    if r.max_cycle_delay is not None:
+        return r.max_cycle_delay
+    return max(r.cycle_delays, default=None)
+
+
+def longest_retry_delay(r: EffectiveRetries) -> Duration:
+    """The longest a record waits in a retry topic, its own cycle's delay or a Retry(after=...):
+    what the retry topics' retention is sized by."""
+    return max([*r.cycle_delays, *([r.max_cycle_delay] if r.cycle_delays and r.max_cycle_delay else [])],
+               default=Duration(0))
 
 
 class EffectiveSink(ApiModel):
@@ -166,6 +184,9 @@ class EffectiveSettings(ApiModel):
     reader: Reader
     ordering: Literal["None", "Key"] = "None"  # QueueConsumer spec.ordering
     max_held_per_key: int = 1000
+    native_headers: list[NativeHeaderSet] = Field(
+        default_factory=list, description="Kafka-native error header sets also written on "
+                                          "quarantined records (the policy's nativeHeaders).")
     resume_token: str | None = Field(
         None, description="Set by the operator when it re-enables a disabled queue (the time of "
                           "that resume). A consumer whose ledger says its queue is disabled starts "
@@ -198,8 +219,10 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
         retries=EffectiveRetries(
             immediate=r.immediate, cycles=r.cycles, max_attempts=max_attempts(policy),
             cycle_delays=[cycle_delay(policy, k) for k in range(1, r.cycles + 1)],
-            non_retryable=list(r.non_retryable), attempt_timeout=r.attempt_timeout),
+            non_retryable=list(r.non_retryable), attempt_timeout=r.attempt_timeout,
+            max_cycle_delay=r.max_cycle_delay),
         validation=policy.validation, disposition=policy.disposition,
         topics=topics(policy, consumer.source.kafka.topic),
         queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader,
-        ordering=consumer.ordering, max_held_per_key=consumer.max_held_per_key)
+        ordering=consumer.ordering, max_held_per_key=consumer.max_held_per_key,
+        native_headers=list(policy.native_headers))

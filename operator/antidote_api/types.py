@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, Field, GetJsonSchemaHandler, StringConstraints, WithJsonSchema
 from pydantic_core import core_schema
 
+from .headers import NATIVE_SETS
 from .wire import POISON_REASONS
 
 T = TypeVar("T", bound=Hashable)
@@ -36,6 +37,9 @@ class Named:
 Disposition = Literal["Move", "Reject", "Drop", "Fault"]
 # Why a message was quarantined; also the `antidote.reason` header of quarantined records.
 PoisonReason = Literal[POISON_REASONS]  # type: ignore[valid-type]  # wire.PoisonReason's values
+# Kafka-native error header sets written beside `antidote.*` (PoisonPolicy spec.nativeHeaders):
+# Kafka Connect's dead-letter headers, and the share-group dead-letter queue's of KIP-1191.
+NativeHeaderSet = Literal[tuple(NATIVE_SETS)]  # type: ignore[valid-type]  # headers.NATIVE_SETS' keys
 
 TOPIC_PATTERN = r"^[a-zA-Z0-9._-]+$"
 TopicName = Annotated[str, StringConstraints(pattern=TOPIC_PATTERN, min_length=1, max_length=249),

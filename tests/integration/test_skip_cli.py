@@ -36,7 +36,8 @@ def test_skip_then_resume_through_the_cli_goes_past_the_fault_message(
     source, sink = topic_factory(), topic_factory("-out")
     values = [b"poison" if i == 5 else b"order-%d" % i for i in range(10)]
     produce(kafka_bootstrap, source, [(b"k%d" % i, v, [("trace", b"t%d" % i)]) for i, v in enumerate(values)])
-    k.create(policy("p", {"retries": {"immediate": 1, "cycles": 0}, "disposition": "Fault"}))
+    k.create(policy("p", {"retries": {"immediate": 1, "cycles": 0}, "disposition": "Fault",
+                          "nativeHeaders": ["Connect"]}))
     k.create(consumer("orders", "p", kafka_bootstrap, source, sink={"kafka": {"topic": sink}},
                       checkpoint={"location": str(tmp_path / "checkpoint")}))
     env = {**stack.env(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
@@ -65,6 +66,9 @@ def test_skip_then_resume_through_the_cli_goes_past_the_fault_message(
         assert (q.key, q.value, hdrs["trace"]) == (b"k5", b"poison", b"t5")
         assert hdrs["antidote.original.offset"] == b"5" and "antidote.skipped.at" in hdrs
         assert (hdrs["antidote.attempts"], hdrs["antidote.disposition"]) == (b"2", b"Fault")
+        # The policy's nativeHeaders, through the API server, the operator's settings and skip.
+        assert (hdrs["__connect.errors.topic"], hdrs["__connect.errors.offset"]) == (source.encode(), b"5")
+        assert hdrs["__connect.errors.exception.class.name"] == b"ValueError"
 
         # Skipped once: a second skip finds nothing to move and says what to do instead.
         out = cli("skip", "orders", "-n", ns, kubeconfig=kubeconfig)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
-from antidote_consumer.worker.attempts import Reason
+from antidote_consumer.worker.chosen import systemic_signal
 from antidote_consumer.worker.executor import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
 from antidote_consumer.worker.local import MAX_ROWS as MAX_LOCAL_ROWS
 from antidote_consumer.worker.local import LocalWorker
@@ -355,7 +355,7 @@ class Runtime(Settler):
         qd = self.s.queue_disable
         if not qd.enabled:
             return False
-        failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
+        failed = sum(1 for r in result.failures if systemic_signal(r))
         total = result.n_ok + len(result.failures)
         now = time.monotonic()
         self.window.append((now, total, failed))

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from antidote_api.names import ledger_names
-from antidote_api.semantics import EffectiveSettings
+from antidote_api.semantics import EffectiveSettings, longest_retry_delay
 from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
@@ -86,7 +86,7 @@ class Consumer:
         derived = list(t.retry) + [t.poison, t.dlq]
         self.partitions = ensure_topics(
             admin, t.source, derived, ledger_names(settings).topic,
-            retry=list(t.retry), longest_delay_ms=max((d.ms for d in settings.retries.cycle_delays), default=0))
+            retry=list(t.retry), longest_delay_ms=longest_retry_delay(settings.retries).ms)
         for key, value in arrow_batching(max_message_bytes(admin, t.source),
                                          settings.spark.conf).items():
             spark.conf.set(key, value)

@@ -10,9 +10,12 @@ import json
 import logging
 import time
 
+from antidote_api.semantics import retry_after_bound
 from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import headers as h
+from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason, Verdict
+from antidote_consumer.worker.chosen import retry_delay_ms, systemic_signal
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
 
 from .frames import BatchResult, isolated_at, now_ms, origin_of, row_at
@@ -48,7 +51,7 @@ class Settler:
         # the checks before the commit (systemic? too large? Fault?) would be harder to see.
         s = self.s
         if not isolated and self._systemic(result):
-            failed = sum(1 for r in result.failures if r.reason != Reason.VALIDATION.value)
+            failed = sum(1 for r in result.failures if systemic_signal(r))
             total = result.n_ok + len(result.failures)
             raise QueueDisabled("SystemicFailure",
                                 f"{failed} of {total} messages failed in this batch (threshold "
@@ -81,6 +84,9 @@ class Settler:
         poisoned = []
         overflowed: list[h.Origin] = []
         dues: list[int] = []
+        bound_d = retry_after_bound(s.retries)
+        bound = bound_d.ms if bound_d is not None else None
+        capped = 0  # Retry(after=...) longer than the bound
         for r in result.failures:
             user = [(x.key, x.value) for x in (r.headers or [])]
             origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
@@ -97,7 +103,9 @@ class Settler:
                 continue
             if r.kind == Verdict.RETRY.value:
                 cycle = r.cycle + 1
-                due = now + s.retries.cycle_delays[r.cycle].ms
+                due = now + retry_delay_ms(r.retry_after, s.retries.cycle_delays[r.cycle].ms, bound)
+                if r.retry_after is not None and bound is not None and r.retry_after > bound:
+                    capped += 1
                 dues.append(due)
                 hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
                 topic = s.topics.retry[r.cycle]
@@ -136,6 +144,9 @@ class Settler:
             state.positions.update(positions)
         self.ledger.commit(state, records)
         retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
+        if capped:
+            log.warning("%d message(s) asked Retry(after=...) longer than %s (maxCycleDelay, or the "
+                        "longest cycle delay without one): scheduled at that", capped, bound_d)
         if dues:
             due = min(dues)
             self.scheduled_due = due if self.scheduled_due is None else min(self.scheduled_due, due)
@@ -187,6 +198,8 @@ class Settler:
             topic = s.topics.poison
             hdrs = user + h.failure_headers(cycle=0, reason=HELD_OVERFLOW, disposition="Move", **base)
         hdrs = self._fitted(topic, r.key, r.value, hdrs, row_at(r))
+        if r.kind != "held" and s.native_headers:  # quarantined, like any disposition's record
+            hdrs = with_native(r.key, r.value, hdrs, s.native_headers, s.handler, self.max_bytes.get(topic))
         return (topic, r.opartition % self.partitions, r.key, r.value, hdrs)
 
     def _disposition(self, key, value, user, cycle, reason, common, at: dict) -> list:
@@ -196,6 +209,8 @@ class Settler:
         topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
         hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
         hdrs = self._fitted(topic, key, value, hdrs, at)
+        if s.native_headers:
+            hdrs = with_native(key, value, hdrs, s.native_headers, s.handler, self.max_bytes.get(topic))
         return [(topic, common["origin"].partition % self.partitions, key, value, hdrs)]
 
     def _fitted(self, topic: str, key, value, hdrs: list, at: dict) -> list:

@@ -20,6 +20,7 @@ from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.driver.ledger import Ledger, load_state
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import auth as kafka_auth
+from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.kafka.topics import KafkaUnreachable, max_message_bytes, reachable
 
 
@@ -125,12 +126,15 @@ def _skip(s: EffectiveSettings, bootstrap: str, conf: dict, dry_run: bool) -> Sk
     new.counts["moved"] += 1
     # The poison topic has the source's partition count: the record keeps its partition.
     ledger.commit(new, [(s.topics.poison, origin.partition, msg.key(), msg.value(),
-                         _fitted(msg, headers, s.topics.poison, bootstrap, conf))])
+                         _fitted(msg, headers, s.topics.poison, bootstrap, conf,
+                                 s.native_headers, s.handler))])
     return out
 
 
-def _fitted(msg, headers: list, topic: str, bootstrap: str, conf: dict) -> list:
-    """`headers` shortened to fit `topic` (see headers.fit_record), or SkipError."""
+def _fitted(msg, headers: list, topic: str, bootstrap: str, conf: dict, native: list[str],
+            handler: str) -> list:
+    """`headers` shortened to fit `topic` (see headers.fit_record), or SkipError; with the
+    policy's Kafka-native headers (native_headers.py), as every quarantined record."""
     from confluent_kafka.admin import AdminClient
 
     limit = max_message_bytes(AdminClient({**conf, "bootstrap.servers": bootstrap}), topic)
@@ -139,4 +143,4 @@ def _fitted(msg, headers: list, topic: str, bootstrap: str, conf: dict) -> list:
         raise SkipError(f"the message at {msg.topic()}/{msg.partition()}/{msg.offset()} does not fit "
                         f"{topic} (max.message.bytes {limit}); raise that, then skip again. "
                         "Nothing was changed")
-    return fitted
+    return with_native(msg.key(), msg.value(), fitted, native, handler, limit) if native else fitted

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from antidote import NonRetryable, Retry
 from antidote_api.wire import PoisonReason
 from antidote_consumer.kafka.headers import MAX_STACK, truncate_stack
 
+from .chosen import CHOSE_NON_RETRYABLE, CHOSE_RETRY, bad_after, no_cycle_left
 from .deadline import AttemptTimeout
 from .handler import Handler, encode_output
 from .message import Message
@@ -45,6 +47,9 @@ class Outcome:
     error_class: str | None = None
     error_message: str | None = None
     stack: str | None = None
+    # What the handler chose by raising antidote.Retry / antidote.NonRetryable (chosen.py).
+    chosen: str | None = None
+    retry_after: int | None = None  # Retry(after=...) in ms, bounded later by the driver
 
 
 def class_name(cls: type) -> str:
@@ -73,23 +78,57 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
                            error_class="antidote.ValidationError", error_message=problem)
     last: BaseException | None = failed
     calls = 0 if failed is None else 1
-    if failed is not None and is_non_retryable(failed, plan.non_retryable):
-        return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, failed)
+    if failed is not None:
+        decided = _decided(message, plan, cycle, calls, failed)
+        if decided is not None:
+            return decided
     while calls < plan.immediate + 1:
         calls += 1
         try:
             return Outcome(Verdict.OK, calls, output=encode_output(handler(message)))
         except (Exception, AttemptTimeout) as err:  # noqa: BLE001 - any failure is the message's
             last = err
-            if is_non_retryable(err, plan.non_retryable):
-                return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
+        # Outside the except block: a later attempt's error must not chain to this one.
+        decided = _decided(message, plan, cycle, calls, last)
+        if decided is not None:
+            return decided
     assert last is not None
     if cycle < plan.cycles:
-        return _failed(Verdict.RETRY, calls, None, last)
-    return _failed(Verdict.FINAL, calls, Reason.MAX_ATTEMPTS, last)
+        return _failed(Verdict.RETRY, calls, None, last, message)
+    return _failed(Verdict.FINAL, calls, Reason.MAX_ATTEMPTS, last, message)
 
 
-def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: BaseException) -> Outcome:
+def _decided(message: Message, plan: Plan, cycle: int, calls: int,
+             err: BaseException) -> Outcome | None:
+    """The outcome an error decides by itself, or None when the pass goes on (attempts left).
+
+    Listed in nonRetryable, or raised as NonRetryable: the disposition now. Retry: the next
+    cycle now, skipping this cycle's attempts left (the disposition when no cycle is left). A
+    Retry whose `after` is not a delay decides nothing: it is an ordinary failure (see
+    _failed, whose message then names the message and the value), so nothing is lost."""
+    if isinstance(err, NonRetryable):
+        out = _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
+        out.chosen = CHOSE_NON_RETRYABLE
+        return out
+    if is_non_retryable(err, plan.non_retryable):
+        return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
+    if isinstance(err, Retry) and err.problem is None:
+        if cycle < plan.cycles:
+            out = _failed(Verdict.RETRY, calls, None, err)
+            out.chosen, out.retry_after = CHOSE_RETRY, err.after_ms
+            return out
+        out = _failed(Verdict.FINAL, calls, Reason.MAX_ATTEMPTS, err)
+        out.error_message = no_cycle_left(err, plan.cycles)
+        out.chosen = CHOSE_RETRY
+        return out
+    return None
+
+
+def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: BaseException,
+            message: Message | None = None) -> Outcome:
     stack = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    text = str(err)
+    if message is not None and isinstance(err, Retry) and err.problem is not None:
+        text = bad_after(err, message)
     return Outcome(verdict, calls, reason=reason, error_class=class_name(type(err)),
-                   error_message=str(err), stack=truncate_stack(stack, MAX_STACK))
+                   error_message=text, stack=truncate_stack(stack, MAX_STACK))

@@ -40,6 +40,9 @@ RESULT_COLUMNS = [
     ("attempts", "int"), ("cycle", "int"), ("reason", "string"), ("error_class", "string"),
     ("error_message", "string"), ("stack", "string"), ("first_failure", "long"),
     ("last_failure", "long"), ("output", "binary"), ("n_ok", "long"), ("n_attempts", "long"),
+    # What the handler chose by raising antidote.Retry / NonRetryable (chosen.py), and the
+    # delay a Retry asked for (ms; the driver bounds it when it sets the due time).
+    ("chosen", "string"), ("retry_after", "long"),
 ]
 RESULT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in RESULT_COLUMNS)
 RESULT_FIELDS = [name for name, _ in RESULT_COLUMNS]
@@ -238,7 +241,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           offset, before + result.attempts, cycle,
                           result.reason.value if result.reason else None, result.error_class,
                           result.error_message, result.stack, first if first is not None else now,
-                          now, None)
+                          now, None, result.chosen, result.retry_after)
                     continue
                 output, calls = result.output, result.attempts
             n_ok += 1
@@ -309,14 +312,15 @@ def _origin(msg: Message) -> h.Origin:
 
 def _emit(out: dict[str, list], kind, key, value, headers, origin: h.Origin, topic, partition,
           offset, attempts, cycle, reason, error_class, error_message, stack, first, last,
-          output) -> None:
+          output, chosen=None, retry_after=None) -> None:
     row = dict(kind=kind, key=key, value=value,
                headers=[{"key": k, "value": v} for k, v in headers],
                otopic=origin.topic, opartition=origin.partition, ooffset=origin.offset,
                ots=origin.timestamp, topic=topic, partition=partition, offset=offset,
                attempts=attempts, cycle=cycle, reason=reason, error_class=error_class,
                error_message=error_message, stack=stack, first_failure=first,
-               last_failure=last, output=output, n_ok=None, n_attempts=None)
+               last_failure=last, output=output, n_ok=None, n_attempts=None, chosen=chosen,
+               retry_after=retry_after)
     for name in RESULT_FIELDS:
         out[name].append(row[name])
 

@@ -1,0 +1,43 @@
+"""Outcomes the handler chooses by raising `antidote.Retry` or `antidote.NonRetryable`: the
+texts they leave in the headers, the due time of a Retry, and what the systemic-failure
+breaker counts. Pure; the pass (worker/attempts.py) and the driver (driver/batches.py)
+call it: the `chosen` and `retry_after` columns of the executor's result rows carry the
+choice from one to the other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from antidote_api.wire import PoisonReason
+
+# The result row's `chosen` column: what the handler raised, when it decided the outcome.
+CHOSE_RETRY = "retry"
+CHOSE_NON_RETRYABLE = "non-retryable"
+
+
+def bad_after(err: Any, message: Any) -> str:
+    """The error message of an attempt whose Retry(after=...) is not a delay: it names the
+    message and the value, and says the attempt counted as an ordinary failure."""
+    return (f"Retry(after={err.after!r}) on {message.topic}/{message.partition}/{message.offset}: "
+            f"{err.problem}; the attempt counts as an ordinary failure")
+
+
+def no_cycle_left(err: Any, cycles: int) -> str:
+    return f"{err} (no retry cycle left: the policy has {cycles}, all used)"
+
+
+def retry_delay_ms(asked_ms: int | None, policy_ms: int, bound_ms: int | None) -> int:
+    """The wait before a retry cycle: the policy's delay, or what Retry(after=...) asked for,
+    at most `bound_ms` (semantics.retry_after_bound)."""
+    if asked_ms is None:
+        return policy_ms
+    return asked_ms if bound_ms is None else min(asked_ms, bound_ms)
+
+
+def systemic_signal(row: Any) -> bool:
+    """Whether a failed message counts toward queueDisable.failureRatio. Content the policy's
+    validation refused, and messages the handler declared NonRetryable, do not: both are a
+    verdict on the message itself, and a burst of bad messages must be quarantined, not
+    pause the queue. (A nonRetryable class listed in the policy still counts, as before; a
+    handler-chosen Retry counts, like any failure: it says the downstream is not ready.)"""
+    return row.reason != PoisonReason.VALIDATION.value and getattr(row, "chosen", None) != CHOSE_NON_RETRYABLE
