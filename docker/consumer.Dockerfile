@@ -1,5 +1,5 @@
 # The consumer image: Spark driver and executors of a QueueConsumer (`antidote consumer`),
-# Java 17, Python 3.11, pyspark 4.0.0 and the Kafka connector jars.
+# Java 17, Python 3.11, pyspark 4.2.0 and the Kafka connector jars.
 #   docker build -f docker/consumer.Dockerfile -t antidote-consumer:0.1.0 .
 # Your handler goes into an image derived from this one (docs/images.md). The bases are build
 # arguments so that machines without Docker build it with buildah on local stand-ins
@@ -24,7 +24,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY consumer/ consumer/
-# pyspark==4.0.0 comes pinned from pyproject.toml.
+# pyspark==4.2.0 comes pinned from pyproject.toml.
 RUN pip install --no-compile . && rm -rf /src
 
 # The jars go where Spark puts its own: on the classpath of driver and executors alike.
