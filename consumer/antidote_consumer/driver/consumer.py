@@ -180,6 +180,10 @@ class Consumer:
         Nothing processed and no next due time means no retry is pending."""
         if self.retry is None:
             return 0, None
+        local = self.runtime.local
+        while local is not None and not local.warmed(0.5):  # outside the batch lock (see warmed)
+            if self.runtime.stopping.is_set():
+                return 0, None
         with self.retry_lock:
             due = self._read_due()
             if due.rows:
