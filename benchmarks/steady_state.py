@@ -1,0 +1,301 @@
+"""Steady-state throughput: Antidote against plain Spark and a confluent-kafka loop.
+
+    .venv/bin/python benchmarks/steady_state.py [--messages 5000000] [--rounds 3]
+
+Every pipeline reads the same preloaded source topic from the start and runs the same
+trivial handler (benchmarks/handlers.py:enrich). What is compared is each pipeline's source
+throughput over a steady window: from the end of its first --warmup-batches batches (JIT,
+Python workers, connections) to the end of its last source batch. With poison, the retry
+cycles (policy: 2 immediate retries, 1 cycle of 1 s, then Move) run during that window, on
+the driver's pump beside the source query; the last cycle's drain after the source ends is
+reported on its own, as latency.
+
+(a)   plain Spark: Kafka source -> mapInArrow(handler) -> Kafka sink, no poison handling;
+(b)   Antidote at 0%, 0.1% and 1% poison;
+(c)   a confluent-kafka consume -> handler -> produce loop with a dead-letter topic, one
+      process per core (benchmarks/kafka_loop.py), at 0% and 1% poison;
+(ceil) the same loop copying values without a handler: librdkafka consume+produce alone.
+
+Pipelines alternate within a round, in a rotating order, so that the load of a shared
+machine hits each alike; printed are medians, every round's ratios and their spread, and
+"too wide to conclude" when the spread exceeds --max-spread. Uses the stack named by
+$ANTIDOTE_STACK_DIR if it runs, else starts its own and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import kafka_loop  # noqa: E402
+from benchmarks.consumer_throughput import (POLICY, log, make_topic, plain_map, produce,  # noqa: E402
+                                            settings)
+
+CORES = os.cpu_count() or 1
+PIPELINES = {
+    "a": "(a) plain Spark, no handling",
+    "b 0%": "(b) Antidote, 0% poison",
+    "b 0.1%": "(b) Antidote, 0.1% poison",
+    "b 1%": "(b) Antidote, 1% poison",
+    "c 0%": f"(c) kafka loop x{CORES}, 0% poison",
+    "c 1%": f"(c) kafka loop x{CORES}, 1% poison",
+    "ceil": f"librdkafka copy x{CORES} (ceiling)",
+}
+
+
+@dataclass
+class Run:
+    msgs: int  # source messages in the steady window
+    seconds: float  # the window's length
+    drain: float | None = None  # after the last source batch, until the last retry cycle is done
+    retried_in_window: int = 0  # retry records the pump processed within the window
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.seconds
+
+
+def _epoch(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def window_of(progress: list[dict], warmup: int) -> tuple[int, float, float]:
+    """(messages, start, end) of a streaming query's batches after the first `warmup`."""
+    batches = sorted((p for p in progress if p["numInputRows"]), key=lambda p: p["batchId"])
+    if len(batches) <= warmup:
+        raise SystemExit(f"only {len(batches)} source batches: raise --messages or lower --batch")
+    steady = batches[warmup:]
+    start = _epoch(steady[0]["timestamp"])
+    last = steady[-1]
+    end = _epoch(last["timestamp"]) + last["durationMs"]["triggerExecution"] / 1000
+    return sum(p["numInputRows"] for p in steady), start, end
+
+
+def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
+              warmup: int) -> Run:
+    from pyspark.sql import functions as F
+
+    for key in ("spark.sql.execution.arrow.maxBytesPerBatch",
+                "spark.sql.execution.arrow.maxRecordsPerBatch"):
+        spark.conf.unset(key)  # plain Spark runs with Spark's defaults
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", source).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", str(batch)).load()
+          .select("key", "value", "topic", "partition", "offset",
+                  F.unix_millis("timestamp").alias("ts")))
+    q = (df.mapInArrow(plain_map, "key binary, value binary").writeStream.format("kafka")
+         .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
+         .option("checkpointLocation", str(workdir / f"plain-{uuid.uuid4().hex}"))
+         .trigger(availableNow=True).start())
+    try:
+        q.awaitTermination()
+        assert q.exception() is None, q.exception()
+        msgs, start, end = window_of(q.recentProgress, warmup)
+    finally:
+        q.stop()
+    return Run(msgs, end - start)
+
+
+def run_antidote(spark, s, warmup: int, poison: int) -> Run:
+    from antidote_consumer.metrics import Metrics
+    from antidote_consumer.runner import Consumer
+
+    metrics = Metrics(s.namespace, s.consumer)
+    consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
+    pumped: list[tuple[float, int]] = []  # (end time, records) of every retry batch
+    pump_once = consumer.pump_once
+
+    def observed_pump():
+        n, next_due = pump_once()
+        if n:
+            pumped.append((time.time(), n))
+        return n, next_due
+
+    consumer.pump_once = observed_pump
+    code = consumer.run(until_idle=True)
+    done = time.time()
+    assert int(code) == 0, f"consumer exited {code}"
+    moved = metrics.registry.get_sample_value("antidote_messages_total", {**metrics.ids, "outcome": "moved"})
+    assert moved == poison, f"moved {moved}, produced {poison} poison"
+    msgs, start, end = window_of(consumer.query.recentProgress, warmup)
+    within = sum(n for t, n in pumped if start <= t <= end)
+    return Run(msgs, end - start, drain=done - end if poison else None, retried_in_window=within)
+
+
+def run_loop(bootstrap: str, admin, source: str, per_partition: dict[int, int], partitions: int,
+             handler: str | None, warm_msgs: int, poison: int) -> Run:
+    tag = uuid.uuid4().hex[:6]
+    sink = make_topic(admin, f"{source}-loop-{tag}", partitions)
+    dlq = make_topic(admin, f"{source}-loop-{tag}-dlq", partitions)
+    marks, dead = kafka_loop.run(bootstrap, source, sink, dlq, partitions, CORES, per_partition, handler)
+    assert dead == (poison if handler else 0), f"dead-lettered {dead}, produced {poison} poison"
+    seen, i = 0, 0
+    while seen < warm_msgs:  # the window starts once as many messages as Spark's warm-up are done
+        seen += marks[i][1]
+        i += 1
+    start, end = marks[i - 1][0], marks[-1][0]
+    return Run(sum(n for _, n in marks[i:]), end - start)
+
+
+def partition_counts(admin_consumer, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    out = {}
+    for p in range(partitions):
+        low, high = admin_consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        out[p] = high - low
+    return out
+
+
+def spread(xs: list[float]) -> float:
+    """(max - min) / median of a figure's per-round values."""
+    return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 else float("inf")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=5_000_000, help="per source topic")
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=100_000, help="maxMessagesPerBatch / maxOffsetsPerTrigger")
+    ap.add_argument("--warmup-batches", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-spread", type=float, default=0.20,
+                    help="a ratio whose per-round spread ((max-min)/median) exceeds this is not concluded")
+    ap.add_argument("--only", default=",".join(PIPELINES),
+                    help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES))
+    args = ap.parse_args()
+    if os.environ.get("BENCH_VERBOSE"):  # the consumer's per-batch timings, for profiling
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    chosen = [k for k in PIPELINES if k in args.only.split(",")]
+
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka.admin import AdminClient
+
+    from antidote_devstack import stack as devstack
+    from antidote_devstack.paths import cache_dir
+
+    reuse = os.environ.get("ANTIDOTE_STACK_DIR")
+    running = devstack.running(Path(reuse)) if reuse else None
+    own_dir = None if running else cache_dir() / "bench-stack"
+    st = running or devstack.up(own_dir)
+    workdir = Path(tempfile.mkdtemp(prefix="antidote-steady-"))
+    spark = None
+    runs: dict[str, list[Run]] = {k: [] for k in chosen}
+    loads: list[str] = []
+    try:
+        from antidote_consumer.runner import spark_session
+
+        bootstrap = st.kafka_bootstrap
+        os.environ["ANTIDOTE_SPARK_JARS"] = ",".join(st.spark_jars)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        watermarks = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+        run_id = uuid.uuid4().hex[:6]
+        topics = {}
+        for label, rate in (("0%", 0.0), ("0.1%", 0.001), ("1%", 0.01)):
+            if not any(k.endswith(" " + label) for k in chosen) and not (
+                    label == "0%" and {"a", "ceil"} & set(chosen)):
+                continue
+            t = make_topic(admin, f"steady-{run_id}-{label.replace('%', 'pct')}", args.partitions)
+            started = time.perf_counter()
+            bad = produce(bootstrap, t, args.messages, rate, seed=len(label))
+            log(f"produced {args.messages:,} messages to {t} ({bad} poison) in "
+                f"{time.perf_counter() - started:.1f}s")
+            topics[label] = (t, bad, partition_counts(watermarks, t, args.partitions))
+        warm = make_topic(admin, f"steady-{run_id}-warmup", args.partitions)
+        produce(bootstrap, warm, 20_000, 0.0, seed=0)
+
+        spark = spark_session(settings(bootstrap, warm, warm + "-o", args.batch, workdir, POLICY))
+        spark.sparkContext.setLogLevel("ERROR")
+        # Every batch's progress is kept for the window (Spark keeps the last 100 by default).
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+        log("warming up the Spark pipelines")
+        run_plain(spark, bootstrap, warm, make_topic(admin, warm + "-plain", args.partitions),
+                  args.batch, workdir, warmup=0)
+        run_antidote(spark, settings(bootstrap, warm, make_topic(admin, warm + "-ad", args.partitions),
+                                     args.batch, workdir, POLICY), warmup=0, poison=0)
+
+        warm_msgs = args.warmup_batches * args.batch
+        for r in range(args.rounds):
+            loads.append(Path("/proc/loadavg").read_text().split()[0])
+            for k in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:
+                label = "0%" if k in ("a", "ceil") else k.split(" ", 1)[1]
+                src, bad, per_partition = topics[label]
+                if k == "a":
+                    sink = make_topic(admin, f"{src}-a-{r}", args.partitions)
+                    run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches)
+                elif k.startswith("b"):
+                    sink = make_topic(admin, f"{src}-b-{r}", args.partitions)
+                    run = run_antidote(spark, settings(bootstrap, src, sink, args.batch, workdir, POLICY),
+                                       args.warmup_batches, bad)
+                else:
+                    run = run_loop(bootstrap, admin, src, per_partition, args.partitions,
+                                   None if k == "ceil" else "enrich", warm_msgs, bad)
+                runs[k].append(run)
+                drain = f", last cycle drained {run.drain:.1f}s after" if run.drain is not None else ""
+                retried = f", {run.retried_in_window} retries in the window" if k.startswith("b") and bad else ""
+                log(f"round {r + 1}: {PIPELINES[k]}: {run.rate:,.0f} msg/s over {run.seconds:.1f}s "
+                    f"({run.msgs:,} msgs){retried}{drain}")
+        loads.append(Path("/proc/loadavg").read_text().split()[0])
+    finally:
+        if spark is not None:
+            spark.stop()
+        if own_dir is not None:
+            devstack.down(own_dir)
+
+    report(runs, args, loads)
+    return 0
+
+
+def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
+    print(f"\nsteady state: {args.messages:,} JSON messages per topic, {args.partitions} partitions, "
+          f"Spark local[2] and {CORES} loop processes on {CORES} cores, batches of {args.batch:,}, "
+          f"window after {args.warmup_batches} batches; {args.rounds} rounds; "
+          f"1-min load at each round's start and at the end: {' '.join(loads)}\n")
+    print(f"{'pipeline':<36}{'median msg/s':>13}{'per core':>10}{'window s':>10}{'drain s':>9}   every round (msg/s)")
+    med = {}
+    for k, rs in runs.items():
+        med[k] = statistics.median(r.rate for r in rs)
+        drains = [r.drain for r in rs if r.drain is not None]
+        drain = f"{statistics.median(drains):>9.1f}" if drains else f"{'-':>9}"
+        short = "" if min(r.seconds for r in rs) >= 60 or min(r.msgs for r in rs) >= 5_000_000 else \
+            "  (window < 60 s and < 5M msgs)"
+        print(f"{PIPELINES[k]:<36}{med[k]:>13,.0f}{med[k] / CORES:>10,.0f}"
+              f"{statistics.median(r.seconds for r in rs):>10.1f}{drain}   "
+              + " ".join(f"{r.rate:,.0f}" for r in rs) + short)
+    print()
+    for name, num, den, goal in (
+            ("b(0%)/a", "b 0%", "a", 1.00), ("b(0.1%)/b(0%)", "b 0.1%", "b 0%", 0.95),
+            ("b(1%)/b(0%)", "b 1%", "b 0%", 0.85), ("b(0%)/c(0%)", "b 0%", "c 0%", None),
+            ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),
+            ("b(0%)/ceiling", "b 0%", "ceil", None)):
+        if num not in runs or den not in runs:
+            continue
+        # Paired within a round: the two runs were adjacent, under the same load.
+        paired = [n.rate / d.rate for n, d in zip(runs[num], runs[den])]
+        r, sp = statistics.median(paired), spread(paired)
+        if len(paired) < 2:
+            verdict = "  one round: no spread, nothing to conclude"
+        elif sp > args.max_spread:
+            verdict = f"  spread {sp:.0%} > {args.max_spread:.0%}: too wide to conclude"
+        elif goal is None:
+            verdict = f"  spread {sp:.0%}"
+        else:
+            met = "met" if min(paired) >= goal else "NOT met" if max(paired) < goal else "not settled"
+            verdict = f"  spread {sp:.0%}; goal >= {goal:.2f}: {met}"
+        print(f"{name:<15} = {r:.2f}  rounds {' '.join(f'{x:.2f}' for x in paired)}{verdict}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
