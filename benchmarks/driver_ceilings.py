@@ -37,7 +37,7 @@ from benchmarks.steady_state import _epoch  # noqa: E402
 
 
 def ledger_commits(bootstrap: str, admin, partitions: int, n: int) -> float:
-    from antidote_consumer.ledger import Ledger, LedgerState
+    from antidote_consumer.driver.ledger import Ledger, LedgerState
 
     topic = make_topic(admin, f"ceil-ledger-{uuid.uuid4().hex[:6]}", 1)
     ledger = Ledger(bootstrap, topic, f"ceil-{uuid.uuid4().hex}")
@@ -56,8 +56,8 @@ def ledger_commits(bootstrap: str, admin, partitions: int, n: int) -> float:
 
 def batch_costs(spark, bootstrap: str, admin, partitions: int, tiny: int, batches: int,
                 workdir: Path) -> tuple[float, float]:
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer
 
     src = make_topic(admin, f"ceil-tiny-{uuid.uuid4().hex[:6]}", partitions)
     produce(bootstrap, src, tiny * batches, 0.0, seed=0)
@@ -89,8 +89,8 @@ def batch_costs(spark, bootstrap: str, admin, partitions: int, tiny: int, batche
 
 def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: float, batch: int,
          delay: str, workdir: Path) -> dict:
-    from antidote_consumer.metrics import Metrics
-    from antidote_consumer.runner import Consumer
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.consumer import Consumer
 
     src = make_topic(admin, f"ceil-pump-{uuid.uuid4().hex[:6]}", partitions)
     bad = produce(bootstrap, src, messages, share, seed=3)
@@ -147,6 +147,7 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
 
 
 def main() -> int:
+    # Long on purpose: a benchmark script's flags and its measured steps in the order they run.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--commits", type=int, default=300)
@@ -171,7 +172,7 @@ def main() -> int:
     spark = None
     load = [Path("/proc/loadavg").read_text().split()[0]]
     try:
-        from antidote_consumer.runner import spark_session
+        from antidote_consumer.spark import spark_session
 
         bootstrap = st.kafka_bootstrap
         os.environ["ANTIDOTE_SPARK_JARS"] = ",".join(st.spark_jars)

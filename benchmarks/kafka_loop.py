@@ -23,7 +23,7 @@ def _work(bootstrap: str, source: str, sink: str, dlq: str, partitions: list[int
           handler: str | None, immediate: int, out: mp.Queue) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from antidote_consumer.message import Message
+    from antidote_consumer.worker.message import Message
     from benchmarks import handlers
 
     handle: Callable | None = getattr(handlers, handler) if handler else None

@@ -3,7 +3,7 @@ outside the batch lock so source batches go on meanwhile."""
 
 from concurrent.futures import Future
 
-from antidote_consumer.local_worker import LocalWorker
+from antidote_consumer.worker.local import LocalWorker
 
 
 def test_warmed_is_true_when_no_start_up_was_begun():
