@@ -212,6 +212,8 @@ def test_driver_and_executors_run_as_restricted_pods_then_a_reader_job(cluster: 
             assert p.spec.service_account_name == "orders-executor"
             assert p.spec.automount_service_account_token is False
             assert p.spec.containers[0].image == c.image
+            # The RPC secret comes from the mounted file, never from the pod's environment.
+            assert "SPARK_AUTHENTICATE_SECRET" not in {e.name for e in p.spec.containers[0].env}
 
         outputs = wait("39 outputs in the sink",
                        lambda: (r := read_all(c.bootstrap, sink)) and len(r) >= 39 and r, 300)
@@ -231,6 +233,10 @@ def test_driver_and_executors_run_as_restricted_pods_then_a_reader_job(cluster: 
         wait("status counts", lambda: c.counts("orders").get("processed") == 39
              and c.counts("orders").get("poisoned") == 1, 120)
         assert c.condition("orders", "Ready") == ("True", "Running")
+        # The driver's RoleBinding to the chart's ClusterRole is all it needed: no API call
+        # of Spark's was refused.
+        driver_log = c.core.read_namespaced_pod_log(driver.metadata.name, c.ns)
+        assert "Forbidden" not in driver_log and " 403 " not in driver_log, driver_log[-3000:]
 
         # A drain: a reader Job, run by the Job controller as a pod, to completion.
         c.antidote("drain", "orders", "-n", c.ns, "--action", "Hold", "--wait", "--timeout", "300")
