@@ -36,8 +36,7 @@ from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
 from .kafka_io import produce, read_all
-from .node_util import RESTRICTED, wait
-from .test_images import handlers_image, restricted_namespace
+from .node_util import RESTRICTED, handlers_image, restricted_namespace, wait
 
 pytestmark = [
     pytest.mark.integration,
