@@ -25,8 +25,9 @@ test: install
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
 	  exit $$rc
 
-# The project's images built with buildah and run on the node (root; minutes cold, so not in
-# `make test`): docs/images.md.
+# The project's images built with buildah and run on the node, and the real path with them
+# (the chart's operator pod, drivers and executors as pods, reader Jobs; root; minutes cold,
+# so not in `make test`: docs/node.md, "The real path on the node"; docs/images.md).
 test-images: install
 	.venv/bin/antidote dev build --node --images
 	.venv/bin/python -m pytest -m images

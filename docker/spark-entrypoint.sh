@@ -11,7 +11,11 @@ set --
 for i in $(env | sed -n 's/^SPARK_JAVA_OPT_\([0-9]*\)=.*/\1/p' | sort -n); do
   eval "set -- \"\$@\" \"\$SPARK_JAVA_OPT_$i\""
 done
-exec "$JAVA_HOME/bin/java" "$@" \
+# spark.master: Spark reads the RPC secret from spark.authenticate.secret.file (which the
+# driver passes in SPARK_JAVA_OPT_<n>) only when the master is a k8s:// one, and does not
+# pass the master itself to executors; without it an executor cannot authenticate to the
+# driver ("A secret key must be specified via the spark.authenticate.secret config").
+exec "$JAVA_HOME/bin/java" -Dspark.master=k8s://https://kubernetes.default.svc "$@" \
   -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \
   -cp "$SPARK_HOME/jars/*:${SPARK_CLASSPATH:-}:${SPARK_DIST_CLASSPATH:-}" \
   org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \

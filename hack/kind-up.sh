@@ -3,23 +3,24 @@
 # engine, so this script is not run in CI). Docs: docs/kind.md.
 #   hack/kind-up.sh            # cluster "antidote", images, helm install, examples
 #   KIND_CLUSTER=foo hack/kind-up.sh
+# The chart is installed with hack/local-images.values.yaml, the values the local stack's
+# node installs it with too (docs/node.md): images named localhost/antidote/*, tagged with
+# the chart's appVersion, never pulled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cluster=${KIND_CLUSTER:-antidote}
-tag=${ANTIDOTE_TAG:-dev}
+tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/antidote/Chart.yaml)
 for tool in docker kind kubectl helm; do
   command -v "$tool" >/dev/null || { echo "kind-up: $tool is required" >&2; exit 1; }
 done
 
 kind get clusters | grep -qx "$cluster" || kind create cluster --name "$cluster" --wait 120s
-docker build -f docker/operator.Dockerfile -t "antidote-operator:$tag" .
-docker build -f docker/consumer.Dockerfile -t "antidote-consumer:$tag" .
-kind load docker-image --name "$cluster" "antidote-operator:$tag" "antidote-consumer:$tag"
+docker build -f docker/operator.Dockerfile -t "localhost/antidote/operator:$tag" .
+docker build -f docker/consumer.Dockerfile -t "localhost/antidote/consumer:$tag" .
+kind load docker-image --name "$cluster" "localhost/antidote/operator:$tag" "localhost/antidote/consumer:$tag"
 
 helm upgrade --install antidote charts/antidote -n antidote --create-namespace --wait \
-  --kube-context "kind-$cluster" \
-  --set image.repository=antidote-operator --set image.tag="$tag" --set image.pullPolicy=Never \
-  --set consumer.image.repository=antidote-consumer --set consumer.image.tag="$tag"
+  --kube-context "kind-$cluster" -f hack/local-images.values.yaml
 
 # The examples' policies apply as they are; their consumers name a Kafka and handlers you
 # provide (docs/kind.md), so they are applied paused.

@@ -1,12 +1,21 @@
-"""Pods on the stack's node for the tests that start one (test_node.py, test_images.py):
-restricted containers, and waiting for a pod's phase."""
+"""Pods on the stack's node for the tests that start one (test_node.py, test_images.py,
+test_node_consumers.py): restricted namespaces and containers, waiting for a pod's phase,
+and the test handlers' image."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from kubernetes import client
+
+from antidote_devstack import project_images
+
+HERE = Path(__file__).resolve().parent
+# tests/integration/handlers.py in an image derived from the consumer image (handlers_image/).
+HANDLERS_IMAGE = "localhost/antidote/test-handlers:0"
 
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 
@@ -43,3 +52,20 @@ def phase(core: client.CoreV1Api, ns: str, name: str, phases: set[str]) -> Calla
         pod = core.read_namespaced_pod(name, ns)
         return pod.status.phase if pod.status.phase in phases else None
     return check
+
+
+def restricted_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns, "labels": RESTRICTED}})
+    # The controller-manager creates the default ServiceAccount, which admission requires.
+    wait("default ServiceAccount", lambda: core.list_namespaced_service_account(
+        ns, field_selector="metadata.name=default").items, 60)
+    return ns
+
+
+def handlers_image() -> tuple[str, Path]:
+    """(name, OCI archive) of the test handlers' image, built on the consumer image."""
+    consumer, _ = project_images.consumer_image()
+    return project_images.build_image(
+        HANDLERS_IMAGE, HERE / "handlers_image/Containerfile", "test-handlers",
+        {"CONSUMER_IMAGE": consumer}, [project_images.image_key(consumer) or ""], context=HERE)

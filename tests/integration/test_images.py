@@ -27,7 +27,7 @@ from antidote_devstack.paths import cache_dir
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all
-from .node_util import RESTRICTED, phase, pod, restricted_container, wait
+from .node_util import handlers_image, phase, pod, restricted_container, restricted_namespace, wait
 
 pytestmark = [
     pytest.mark.integration,
@@ -38,14 +38,6 @@ pytestmark = [
 
 HERE = Path(__file__).resolve().parent
 CHART = HERE.parents[1] / "charts/antidote"
-HANDLERS_IMAGE = "localhost/antidote/test-handlers:0"
-
-
-def handlers_image() -> tuple[str, Path]:
-    consumer, _ = project_images.consumer_image()
-    return project_images.build_image(
-        HANDLERS_IMAGE, HERE / "handlers_image/Containerfile", "test-handlers",
-        {"CONSUMER_IMAGE": consumer}, [project_images.image_key(consumer) or ""], context=HERE)
 
 
 def _topics(bootstrap: str, *names: str) -> None:
@@ -72,15 +64,6 @@ def api(node_stack: devstack.Stack) -> Iterator[client.ApiClient]:
     api = config.new_client_from_config(config_file=node_stack.kubeconfig)
     yield api
     api.close()
-
-
-def restricted_namespace(core: client.CoreV1Api, prefix: str) -> str:
-    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns, "labels": RESTRICTED}})
-    # The controller-manager creates the default ServiceAccount, which admission requires.
-    wait("default ServiceAccount", lambda: core.list_namespaced_service_account(
-        ns, field_selector="metadata.name=default").items, 60)
-    return ns
 
 
 def test_consumer_image_runs_a_consumer_as_a_restricted_pod(node_stack, api) -> None:
@@ -155,13 +138,9 @@ def test_chart_runs_the_operator_image_under_its_own_rbac(node_stack, api) -> No
     node.load_image(Path(s.dir), operator, archive)
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     system = restricted_namespace(core, "antidote-system")
-    repo, tag = operator.rsplit(":", 1)
-    consumer_repo, consumer_tag = consumer.rsplit(":", 1)
+    # The values hack/kind-up.sh installs the chart with: these images, never pulled.
     _run(env, "helm", "install", "antidote", str(CHART), "-n", system, "--wait", "--timeout", "180s",
-         "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
-         "--set", "image.pullPolicy=Never",
-         "--set", f"consumer.image.repository={consumer_repo}",
-         "--set", f"consumer.image.tag={consumer_tag}")
+         "-f", str(HERE.parents[1] / "hack/local-images.values.yaml"))
 
     # Ready (its liveness and readiness as the chart declares them), as the chart's SA.
     pods = core.list_namespaced_pod(system, label_selector="app.kubernetes.io/component=operator").items

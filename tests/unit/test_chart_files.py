@@ -72,3 +72,22 @@ def test_schema_keys_match_values() -> None:
                 walk(sub, s["properties"][key], f"{path}.{key}")
 
     walk(values, schema, "")
+
+
+def test_kind_and_the_node_install_the_chart_with_one_values_file() -> None:
+    """hack/local-images.values.yaml is the only configuration of both local installs
+    (hack/kind-up.sh and tests/integration/test_node_consumers.py), and it names the images
+    `antidote dev build --images` builds, at the chart's appVersion."""
+    from antidote_devstack import project_images
+
+    values = yaml.safe_load((ROOT / "hack/local-images.values.yaml").read_text())
+    app_version = yaml.safe_load((ROOT / "charts/antidote/Chart.yaml").read_text())["appVersion"]
+    assert f"{values['image']['repository']}:{app_version}" == project_images.operator_name()
+    assert f"{values['consumer']['image']['repository']}:{app_version}" == project_images.consumer_name()
+    assert values["image"]["pullPolicy"] == "Never"
+    kind_up = (ROOT / "hack/kind-up.sh").read_text()
+    assert "-f hack/local-images.values.yaml" in kind_up and "--set" not in kind_up
+    assert '-t "localhost/antidote/operator:$tag"' in kind_up
+    assert '-t "localhost/antidote/consumer:$tag"' in kind_up
+    node_test = (ROOT / "tests/integration/test_node_consumers.py").read_text()
+    assert 'VALUES = ROOT / "hack/local-images.values.yaml"' in node_test

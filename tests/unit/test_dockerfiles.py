@@ -92,10 +92,13 @@ def test_entrypoint_starts_a_spark_executor(tmp_path) -> None:
     script = str(ROOT / "docker/spark-entrypoint.sh")
     argv = subprocess.run(["sh", script, "executor"], env=env, capture_output=True, text=True,
                           check=True).stdout.splitlines()
-    assert argv[:3] == ["-Dfirst=a b", "-Dsecond=2", "-Dtenth"]
-    assert argv[3:5] == ["-Xms1g", "-Xmx1g"] and argv[6].startswith("/spark/jars/*")
-    assert argv[7] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
-    opts = dict(zip(argv[8::2], argv[9::2]))
+    # A k8s:// master first (Spark reads the RPC secret file only under one), then Spark's
+    # options in order, so they could override it.
+    assert argv[0] == "-Dspark.master=k8s://https://kubernetes.default.svc"
+    assert argv[1:4] == ["-Dfirst=a b", "-Dsecond=2", "-Dtenth"]
+    assert argv[4:6] == ["-Xms1g", "-Xmx1g"] and argv[7].startswith("/spark/jars/*")
+    assert argv[8] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+    opts = dict(zip(argv[9::2], argv[10::2]))
     assert opts == {"--driver-url": "spark://d:7078", "--executor-id": "3", "--cores": "2",
                     "--app-id": "app-1", "--hostname": "10.0.0.9", "--resourceProfileId": "0",
                     "--podName": "orders-exec-3"}

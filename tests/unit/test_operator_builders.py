@@ -160,6 +160,8 @@ def test_driver_and_executor_pods_are_restricted_with_a_writable_tmp() -> None:
         assert c["securityContext"] == RESTRICTED_CONTAINER
         assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
         assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+        # Spark creates directories in its working directory (the driver's `artifacts`).
+        assert c["workingDir"] == "/tmp"
 
 
 def test_spark_rpc_is_authenticated_with_the_consumers_secret_from_a_file() -> None:

@@ -229,6 +229,7 @@ def executor_pod_template(settings: EffectiveSettings, opts: RenderOptions) -> d
             "automountServiceAccountToken": False,
             "securityContext": pod_security_context(opts),
             "containers": [{"name": EXECUTOR_CONTAINER,
+                            "workingDir": TMP_DIR,
                             "securityContext": container_security_context(),
                             "volumeMounts": [mount]}],
             "volumes": [volume],
@@ -357,6 +358,9 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
     mounts += [tmp_mount, {"name": "spark-auth", "mountPath": SPARK_AUTH_DIR, "readOnly": True}]
     container = {
         **antidote_container(CONTAINER, settings, opts, consumer_args(opts)),
+        # Spark creates directories in its working directory (the session's `artifacts`),
+        # and the image's home is on the read-only root: work in the writable /tmp.
+        "workingDir": TMP_DIR,
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "SPARK_CONF_DIR", "value": CONFIG_DIR},

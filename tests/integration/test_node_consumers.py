@@ -1,0 +1,361 @@
+"""The real path, on the stack's node: the chart's operator pod reconciles QueueConsumers
+whose Spark drivers run as pods with `--master k8s://https://kubernetes.default.svc` and
+create their executors as pods, in a namespace labelled `pod-security.kubernetes.io/enforce:
+restricted` (the API server's Pod Security admission judges every pod Antidote creates).
+
+Handlers come from an image derived from the consumer image (tests/integration/
+handlers_image/, the way docs/images.md tells users to ship theirs), named in
+`spec.spark.image`. The chart is installed with hack/local-images.values.yaml, the file
+hack/kind-up.sh installs it with. Each test creates its consumer and deletes it (with its
+pods) before the next: the node has two CPUs and a driver asks for one.
+
+Markers `node` and `images` (`make test-images`; the figures that keep it out of `make
+test` are in docs/node.md); root only, one node per machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from antidote_devstack import node, project_images
+from antidote_devstack import stack as devstack
+from antidote_devstack.paths import cache_dir
+
+from .kafka_io import produce, read_all
+from .node_util import RESTRICTED, handlers_image, restricted_namespace, wait
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.node,
+    pytest.mark.images,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts/antidote"
+VALUES = ROOT / "hack/local-images.values.yaml"
+RELEASE = "antidote"
+MASTER = "k8s://https://kubernetes.default.svc"
+EXECUTORS = 2
+# Each executor asks for a tenth of a CPU (Spark's default is spark.executor.cores, a whole
+# one): the node has two, the driver takes one and the operator a tenth.
+SPARK = {"driver": {"memory": "512m"},
+         "executor": {"instances": EXECUTORS, "memory": "512m"},
+         "conf": {"spark.kubernetes.executor.request.cores": "100m"}}
+
+
+def _run(env: dict[str, str], *cmd: str, stdin: str | None = None, timeout: float = 600) -> str:
+    out = subprocess.run(list(cmd), capture_output=True, text=True, env=env, input=stdin,
+                         timeout=timeout)
+    assert out.returncode == 0, f"{' '.join(cmd)}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+@dataclass
+class Cluster:
+    """The node with the chart installed, and one restricted namespace for consumers."""
+
+    stack: devstack.Stack
+    api: client.ApiClient
+    env: dict[str, str]
+    system: str
+    ns: str
+    image: str  # the test handlers' image
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.stack.kafka_bootstrap  # the bridge's gateway: the same for host and pods
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        return _run(self.env, "kubectl", *args, stdin=stdin)
+
+    def antidote(self, *args: str) -> str:
+        return _run(self.env, str(ROOT / ".venv/bin/antidote"), *args)
+
+    def qc(self, name: str) -> dict[str, Any]:
+        return client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+            "antidote.dev", "v1alpha1", self.ns, "queueconsumers", name)
+
+    def condition(self, name: str, type_: str) -> tuple[str, str] | None:
+        for c in self.qc(name).get("status", {}).get("conditions", []):
+            if c["type"] == type_:
+                return c["status"], c["reason"]
+        return None
+
+    def counts(self, name: str) -> dict[str, int]:
+        return self.qc(name).get("status", {}).get("counts", {})
+
+    def pods(self, consumer: str, component: str) -> list[client.V1Pod]:
+        return self.core.list_namespaced_pod(
+            self.ns, label_selector=f"antidote.dev/consumer={consumer},"
+                                    f"app.kubernetes.io/component={component}").items
+
+    def running(self, consumer: str, component: str, n: int) -> list[client.V1Pod] | None:
+        pods = [p for p in self.pods(consumer, component)
+                if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+        return pods if len(pods) == n else None
+
+    def replicas(self, name: str) -> int:
+        return client.AppsV1Api(self.api).read_namespaced_deployment(name, self.ns).spec.replicas
+
+    def events(self, name: str) -> list[Any]:
+        return self.core.list_namespaced_event(
+            self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=QueueConsumer").items
+
+    def topics(self, *names: str, partitions: int = 1) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for fut in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+            fut.result(timeout=30)
+
+    @contextmanager
+    def consumer(self, name: str, source: str, handler: str, policy: dict[str, Any],
+                 max_batch: int | None = None, **spec: Any) -> Iterator[None]:
+        """A PoisonPolicy and a QueueConsumer applied with kubectl; deleted on the way out,
+        and waited for until none of its pods is left."""
+        manifests = [
+            {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
+             "metadata": {"name": name, "namespace": self.ns}, "spec": policy},
+            {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
+             "metadata": {"name": name, "namespace": self.ns},
+             "spec": {"policyRef": {"name": name}, "handler": handler,
+                      "source": {"kafka": {"bootstrapServers": self.bootstrap, "topic": source,
+                                           **({"maxMessagesPerBatch": max_batch} if max_batch else {})}},
+                      # The driver pod's /tmp: a new driver pod starts without it.
+                      "checkpoint": {"location": "/tmp/checkpoint"},
+                      "spark": {**SPARK, "image": self.image}, **spec}},
+        ]
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
+        try:
+            yield
+        finally:
+            self.kubectl("delete", "qc,ppol", name, "-n", self.ns, "--wait", "--timeout=300s")
+            wait(f"{name}'s pods gone", lambda: not self.core.list_namespaced_pod(
+                self.ns, label_selector=f"antidote.dev/consumer={name}").items, 300)
+
+    def no_pod_security_refusals(self) -> None:
+        """Every pod Antidote asked for was admitted under `restricted` (a refused executor or
+        Job pod shows only as a Warning Event of its creator)."""
+        refused = [f"{e.involved_object.kind}/{e.involved_object.name}: {e.message}"
+                   for e in self.core.list_namespaced_event(self.ns).items
+                   if "PodSecurity" in (e.message or "") or "violates" in (e.message or "")]
+        assert not refused, refused
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    state_dir = cache_dir() / "test-images-stack"
+    s = devstack.up(state_dir, node=True)
+    api = config.new_client_from_config(config_file=s.kubeconfig)
+    env = {**os.environ, **s.env()}
+    try:
+        operator, operator_archive = project_images.operator_image()
+        image, image_archive = handlers_image()
+        node.load_image(Path(s.dir), operator, operator_archive)
+        node.load_image(Path(s.dir), image, image_archive)
+        core = client.CoreV1Api(api)
+        system = restricted_namespace(core, "antidote-system")
+        ns = restricted_namespace(core, "shop")
+        # The values kind-up.sh uses; the images carry the chart's appVersion as their tag.
+        assert operator == f"{yaml.safe_load(VALUES.read_text())['image']['repository']}:" \
+                           f"{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+        _run(env, "helm", "install", RELEASE, str(CHART), "-n", system, "-f", str(VALUES),
+             "--wait", "--timeout", "180s")
+        yield Cluster(s, api, env, system, ns, image)
+    finally:
+        api.close()
+        devstack.down(state_dir)
+
+
+def test_driver_and_executors_run_as_restricted_pods_then_a_reader_job(cluster: Cluster) -> None:
+    """The driver pod runs Spark against the API server, Spark creates the executor pods;
+    messages flow source -> handler (on the executors) -> sink, poison lands in
+    `<source>.poison` with its headers; `antidote drain` starts a reader Job that the Job
+    controller runs as a pod, and its report reaches status from the termination message."""
+    c = cluster
+    source = f"flow-{uuid.uuid4().hex[:6]}"
+    sink = f"{source}-out"
+    c.topics(source, sink, partitions=2)
+    produce(c.bootstrap, source, [(b"k%d" % i, b"poison" if i == 7 else b"m%d" % i, None)
+                                  for i in range(40)])
+    started = time.monotonic()
+    with c.consumer("orders", source, "antidote_test_handlers:upper",
+                    {"retries": {"immediate": 0, "cycles": 0}}, sink={"kafka": {"topic": sink}}):
+        executors = wait(f"{EXECUTORS} executor pods Running",
+                         lambda: c.running("orders", "executor", EXECUTORS), 300)
+        (driver,) = wait("the driver pod Running", lambda: c.running("orders", "driver", 1), 60)
+        assert MASTER in driver.spec.containers[0].args, driver.spec.containers[0].args
+        assert driver.spec.service_account_name == "orders-driver"
+        for p in executors:
+            # Owned by the driver pod (they go with it), under the tokenless executor account.
+            assert [o.name for o in p.metadata.owner_references] == [driver.metadata.name]
+            assert p.spec.service_account_name == "orders-executor"
+            assert p.spec.automount_service_account_token is False
+            assert p.spec.containers[0].image == c.image
+            # The RPC secret comes from the mounted file, never from the pod's environment.
+            assert "SPARK_AUTHENTICATE_SECRET" not in {e.name for e in p.spec.containers[0].env}
+
+        outputs = wait("39 outputs in the sink",
+                       lambda: (r := read_all(c.bootstrap, sink)) and len(r) >= 39 and r, 300)
+        assert sorted(r.value for r in outputs) == sorted(b"M%d" % i for i in range(40) if i != 7)
+        poison = wait("the poison record", lambda: read_all(c.bootstrap, f"{source}.poison",
+                                                            missing_ok=True), 60)
+        assert [r.value for r in poison] == [b"poison"]
+        headers = {k: v.decode() for k, v in poison[0].headers}
+        assert headers["antidote.original.topic"] == source
+        assert headers["antidote.attempts"] == "1" and headers["antidote.error.class"] == "ValueError"
+        assert headers["antidote.consumer"] == f"{c.ns}/orders"
+        flowed = time.monotonic() - started
+        # The handler ran on the executors (tasks there), not in the driver.
+        logs = [c.core.read_namespaced_pod_log(p.metadata.name, c.ns) for p in executors]
+        assert any("Finished task" in log for log in logs), logs[0][-2000:]
+        # The operator (a pod) scraped the driver's /metrics through its Service's DNS name.
+        wait("status counts", lambda: c.counts("orders").get("processed") == 39
+             and c.counts("orders").get("poisoned") == 1, 120)
+        assert c.condition("orders", "Ready") == ("True", "Running")
+        # The driver's RoleBinding to the chart's ClusterRole is all it needed: no API call
+        # of Spark's was refused.
+        driver_log = c.core.read_namespaced_pod_log(driver.metadata.name, c.ns)
+        assert "Forbidden" not in driver_log and " 403 " not in driver_log, driver_log[-3000:]
+
+        # A drain: a reader Job, run by the Job controller as a pod, to completion.
+        c.antidote("drain", "orders", "-n", c.ns, "--action", "Hold", "--wait", "--timeout", "300")
+        jobs = client.BatchV1Api(c.api).list_namespaced_job(
+            c.ns, label_selector="antidote.dev/consumer=orders").items
+        assert len(jobs) == 1 and jobs[0].status.succeeded == 1, jobs
+        (reader,) = c.core.list_namespaced_pod(c.ns, label_selector=f"job-name={jobs[0].metadata.name}").items
+        assert reader.status.phase == "Succeeded"
+        report = json.loads(reader.status.container_statuses[0].state.terminated.message)
+        (recorded,) = c.qc("orders")["status"]["readerJobs"]
+        assert recorded["name"] == jobs[0].metadata.name and recorded["phase"] == "Succeeded", recorded
+        assert recorded["messages"] == 1 == report["messages"], (recorded, report)
+        c.no_pod_security_refusals()
+    print(f"node path: 40 messages through 2 executors in {flowed:.0f}s from apply")
+
+
+def _audit(c: Cluster, source: str, sink: str) -> tuple[dict, Counter, Counter]:
+    """Every source offset's outcomes: the sink by the outputs' keys (an output keeps its
+    input's key), the poison topic by its original partition and offset headers."""
+    src = {(r.partition, r.offset): r for r in read_all(c.bootstrap, source)}
+    by_key = {r.key: where for where, r in src.items()}
+    outputs = Counter(by_key[r.key] for r in read_all(c.bootstrap, sink))
+    quarantined: Counter = Counter()
+    for r in read_all(c.bootstrap, f"{source}.poison", missing_ok=True):
+        h = {k: v.decode() for k, v in r.headers}
+        quarantined[(int(h["antidote.original.partition"]), int(h["antidote.original.offset"]))] += 1
+    return src, outputs, quarantined
+
+
+def test_driver_pod_killed_mid_stream_loses_nothing_and_quarantines_nothing_twice(cluster: Cluster) -> None:
+    c = cluster
+    source = f"kill-{uuid.uuid4().hex[:6]}"
+    sink = f"{source}-out"
+    c.topics(source, sink, partitions=2)
+    n = 3000
+    produce(c.bootstrap, source, [(b"k%d" % i, b"poison-%d" % i if i % 300 == 150 else b"m%d" % i, None)
+                                  for i in range(n)])
+    # 10 ms a message and batches of 250: the stream takes long enough to be killed in,
+    # after its first batches.
+    with c.consumer("kill", source, "antidote_test_handlers:slow_upper",
+                    {"retries": {"immediate": 0, "cycles": 0}},
+                    sink={"kafka": {"topic": sink}}, max_batch=250):
+        (driver,) = wait("the driver pod Running", lambda: c.running("kill", "driver", 1), 300)
+        written = wait("500 outputs in the sink",
+                       lambda: (k := len(read_all(c.bootstrap, sink))) >= 500 and k, 300)
+        c.kubectl("delete", "pod", driver.metadata.name, "-n", c.ns, "--grace-period=0", "--force")
+        assert written < n - 10, f"the stream had ended ({written} outputs) before the kill"
+        wait("a new driver pod Running", lambda: (p := c.running("kill", "driver", 1))
+             and p[0].metadata.name != driver.metadata.name, 300)
+
+        def settled() -> bool:
+            src, outputs, quarantined = _audit(c, source, sink)
+            return all(w in outputs or w in quarantined for w in src)
+
+        wait("every source offset in the sink or the poison topic", settled, 600)
+    src, outputs, quarantined = _audit(c, source, sink)
+    poison = {w for w, r in src.items() if r.value.startswith(b"poison")}
+    assert len(src) == n
+    assert set(quarantined) == poison, sorted(set(quarantined) ^ poison)
+    assert [w for w, k in quarantined.items() if k > 1] == [], "quarantined twice"
+    assert not set(outputs) & poison
+    lost = [w for w in src if w not in outputs and w not in quarantined]
+    assert lost == []
+    print(f"driver killed after {written} of {n} outputs; sink duplicates (at-least-once): "
+          f"{sum(k - 1 for k in outputs.values())}")
+
+
+def test_systemic_outage_disables_the_queue_then_resume_processes_the_backlog(cluster: Cluster) -> None:
+    c = cluster
+    source = f"outage-{uuid.uuid4().hex[:6]}"
+    sink = f"{source}-out"
+    c.topics(source, sink)
+    produce(c.bootstrap, source, [(b"k%d" % i, b"order-%d" % i, None) for i in range(20)])
+    policy = {"retries": {"immediate": 0, "cycles": 0},
+              "queueDisable": {"failureRatio": {"threshold": 0.5, "minMessages": 5}}}
+    # Every call fails: the downstream is down (a systemic fault, not 20 poison messages).
+    with c.consumer("outage", source, "antidote_test_handlers:downstream_down", policy,
+                    sink={"kafka": {"topic": sink}}):
+        wait("QueueDisabled", lambda: c.condition("outage", "QueueDisabled") == ("True", "SystemicFailure"), 300)
+        wait("the Deployment at 0", lambda: c.replicas("outage") == 0, 60)
+        wait("the driver and executor pods gone", lambda: not c.core.list_namespaced_pod(
+            c.ns, label_selector="antidote.dev/consumer=outage").items, 300)
+        (event,) = [e for e in c.events("outage") if e.reason == "QueueDisabled"]
+        assert event.type == "Warning" and "SystemicFailure" in event.message, event.message
+        assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
+        assert read_all(c.bootstrap, sink) == []
+
+        # The cause is fixed (here: a handler that works), then `antidote resume`.
+        c.kubectl("patch", "qc", "outage", "-n", c.ns, "--type", "merge",
+                  "-p", json.dumps({"spec": {"handler": "antidote_test_handlers:upper"}}))
+        c.antidote("resume", "outage", "-n", c.ns)
+        wait("resumed", lambda: c.condition("outage", "QueueDisabled") == ("False", "Resumed"), 120)
+        wait(f"the driver and {EXECUTORS} executors back", lambda: c.running("outage", "driver", 1)
+             and c.running("outage", "executor", EXECUTORS), 300)
+        outputs = wait("the backlog processed",
+                       lambda: (r := read_all(c.bootstrap, sink)) and len(r) >= 20 and r, 300)
+        assert sorted(r.value for r in outputs) == sorted(b"ORDER-%d" % i for i in range(20))
+        assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
+        c.no_pod_security_refusals()
+
+
+def test_helm_uninstall_leaves_nothing_but_the_crds(cluster: Cluster) -> None:
+    """Last: the consumers are gone (each test deleted its own), then `helm uninstall`."""
+    c = cluster
+    _run(c.env, "helm", "uninstall", RELEASE, "-n", c.system, "--wait", "--timeout", "180s")
+    # --wait waits for the Deployment, not for its pod's graceful end.
+    wait("the operator pod gone", lambda: not c.core.list_namespaced_pod(c.system).items, 120)
+    left = []
+    for ns in (c.system, c.ns):
+        names = c.kubectl("get", "all,configmaps,secrets,serviceaccounts,roles,rolebindings,jobs,"
+                          "poddisruptionbudgets,queueconsumers,poisonpolicies", "-n", ns, "-o", "name")
+        # What every namespace has: its default ServiceAccount and the root CA's ConfigMap.
+        left += [f"{ns}: {n}" for n in names.split()
+                 if n not in ("serviceaccount/default", "configmap/kube-root-ca.crt")]
+    cluster_wide = c.kubectl("get", "clusterroles,clusterrolebindings,clusterkopfpeerings",
+                             "-o", "name").split()
+    # The stack's own CoreDNS runs as `antidote:coredns` (docs/node.md): not the chart's.
+    left += [n for n in cluster_wide if "antidote" in n and not n.endswith("/antidote:coredns")]
+    assert left == [], left
+    crds = c.kubectl("get", "crds", "-o", "name").split()
+    assert {"customresourcedefinition.apiextensions.k8s.io/queueconsumers.antidote.dev",
+            "customresourcedefinition.apiextensions.k8s.io/poisonpolicies.antidote.dev"} <= set(crds)
+    assert RESTRICTED.items() <= (c.core.read_namespace(c.ns).metadata.labels or {}).items()
