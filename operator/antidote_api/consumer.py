@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from . import spark_conf
+from . import autoscale as autoscaling, spark_conf
+from .autoscale import Autoscale, ExecutorScale
 from .base import ApiModel, Rule
 from .conditions import Conditions
 from .types import (API_VERSION, ApiVersionField, Bootstrap, Disposition, Handler, Int64, KindField,
@@ -84,6 +85,13 @@ class Spark(ApiModel):
         json_schema_extra=seed("spark-operator SparkApplication.spec.image"))
     driver: SparkDriver = Field(default_factory=SparkDriver, description="The driver (runs `antidote consumer`).")
     executor: SparkExecutor = Field(default_factory=SparkExecutor, description="The executors.")
+    autoscale: Autoscale | None = Field(
+        None,
+        description="Scale the executors by source lag between `min` and `max`, leaving out "
+                    "partitions that are blocked (a batch that keeps failing, a Fault, a partition "
+                    "that stopped moving); replaces `executor.instances`. See docs/operator.md.",
+        json_schema_extra=seed("KEDA Kafka scaler lagThreshold, excludePersistentLag, "
+                               "limitToPartitionsWithLag"))
     conf: StringMap | None = Field(
         None, description="Extra Spark configuration; keys start with `spark.`. Keys the operator "
                           "owns (master, namespace, ServiceAccounts, pod templates, mounts, driver "
@@ -98,6 +106,8 @@ class Spark(ApiModel):
         Rule(spark_conf.RULE_CEL, spark_conf.MESSAGE,
              lambda s: not spark_conf.owned_keys(s.conf), field="conf",
              message_cel=spark_conf.MESSAGE_CEL, describe=lambda s: spark_conf.describe(s.conf)),
+        Rule(autoscaling.CONFLICT_CEL, autoscaling.CONFLICT_MESSAGE, lambda s: not autoscaling.conflicts(s),
+             field="conf"),
     )
 
 
@@ -185,6 +195,8 @@ class QueueConsumerStatus(ApiModel):
         None, max_length=16,
         description="Recent poison-reader jobs, newest first.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    executors: ExecutorScale | None = Field(
+        None, description="With `spec.spark.autoscale`: the executor count and why.")
 
 
 # Child objects (Service, Deployment, reader Jobs) are named after the consumer, so the name

@@ -95,6 +95,8 @@ KINDS = (
              "description": "The PoisonPolicy."},
             {"name": "Topic", "type": "string", "jsonPath": ".spec.source.kafka.topic", "priority": 1,
              "description": "The source topic."},
+            {"name": "Executors", "type": "integer", "jsonPath": ".status.executors.current", "priority": 1,
+             "description": "Executors, with spec.spark.autoscale."},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         )),
 )

@@ -80,6 +80,9 @@ class Metric(StrEnum):
     TOPIC_DEPTH = "antidote_topic_depth"
     LAST_POISON_PARTITION = "antidote_last_poison_partition"
     LAST_POISON_OFFSET = "antidote_last_poison_offset"
+    # Per source partition, for the executor autoscaling (operator.md, "Executors scaled by lag").
+    SOURCE_PARTITION_OFFSET = "antidote_source_partition_offset"
+    SOURCE_PARTITION_LAG = "antidote_source_partition_lag_records"
 
     @property
     def registered(self) -> str:

@@ -8,6 +8,12 @@ import sys
 from pathlib import Path
 
 
+# After disabling its queue the driver keeps its /metrics up this long (ended early by SIGTERM,
+# which the operator sends once it has scaled the Deployment to 0): exiting at once took the
+# antidote_queue_disabled series away before a Prometheus scrape could see it.
+METRICS_LINGER_S = 30.0
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("consumer", help="run a consumer (the Spark driver)")
     src = p.add_mutually_exclusive_group(required=True)
@@ -18,6 +24,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="exit 0 once the source and retry topics are drained and no retry is pending")
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
     p.add_argument("--master", default=None, help="Spark master (default local[2], or the settings')")
+    p.add_argument("--metrics-linger", type=float, default=METRICS_LINGER_S,
+                   help="after disabling its queue, keep serving /metrics this many seconds (or "
+                        "until SIGTERM) so a scrape sees antidote_queue_disabled (default "
+                        f"{METRICS_LINGER_S:g}: the Prometheus Operator's default interval)")
     p.add_argument("--trigger-interval", type=float, default=1.0, help="seconds between batches")
     p.add_argument("--resume", action="store_true",
                    help="re-enable a queue this consumer disabled in an earlier run (a restart "
@@ -65,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from antidote_consumer.driver.metrics import Metrics
     from antidote_consumer.driver.consumer import Consumer, install_signal_handlers
     from antidote_consumer.spark import spark_session
+    from antidote_api.wire import DISABLE_EXIT
     from antidote_consumer.kafka.topics import KafkaUnreachable, TopicMisfit, reachable
 
     try:  # before Spark starts: an unreachable broker is one line, not Spark's start-up and a trace
@@ -99,5 +110,10 @@ def run(args: argparse.Namespace) -> int:
         code = consumer.run(until_idle=args.until_idle, recovered=serve)
     finally:
         spark.stop()
+    if serve is not None and code in DISABLE_EXIT.values() and args.metrics_linger > 0:
+        logging.getLogger("antidote.consumer").info(
+            "queue disabled: serving /metrics for %gs more (or until SIGTERM) before exiting %d",
+            args.metrics_linger, int(code))
+        consumer.runtime.stopping.wait(args.metrics_linger)
     logging.getLogger("antidote.consumer").info("exit %d (%s)", int(code), code.name)
     return int(code)

@@ -32,6 +32,8 @@ class Sample:
     disabled: str | None = None  # the reason whose antidote_queue_disabled is 1
     last_poison: LastPoisonSample | None = None
     depths: Mapping[str, int] = field(default_factory=dict)  # topic kind -> records
+    # Source partitions as (partition, next offset, lag), for autoscaling; None: not reported.
+    partitions: tuple[tuple[int, int, int], ...] | None = None
 
     def same_values(self, other: Sample | None) -> bool:
         return other is not None and replace(other, at=self.at) == self

@@ -24,7 +24,7 @@ from antidote_api.times import parse_time
 from antidote_api.types import API_VERSION
 from antidote_api.wire import DRAIN_ANNOTATION
 
-from . import kube, reader_control
+from . import autoscaler, kube, reader_control
 from .builders import driver
 from .builders.driver import LABEL_CONSUMER, RenderOptions
 from .context import Context, brief
@@ -106,6 +106,8 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         now=datetime.now(timezone.utc), deployment=st.deployment, sample=st.sample,
         termination=st.termination, poison=st.poison,
         poison_event_interval=ctx.options.poison_event_interval))
+    # spec.spark.autoscale: the executor count joins the settings, status and Events.
+    autoscaler.step(st, d, qc.get("status"), datetime.now(timezone.utc))
 
     # Act on the Deployment first: scaling to 0 is what protects the queue.
     opts = ctx.options.render

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from .devrunner.annotations import DEV_RUNNER_REPORT
+from .executor_scale import Progress
 from .observations import DeploymentView, PoisonMemory, Sample, Termination
 from .reader_jobs import JobView, job_view
 
@@ -41,6 +42,8 @@ class ConsumerState:
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status, for metrics
     disabled_reason: str | None = None  # the QueueDisabled reason as last written, for metrics
     disabled_seen_at: float | None = None  # monotonic time the disable evidence arrived
+    # Source partitions' progress between readings (executor_scale.track), for autoscaling.
+    progress: dict[int, Progress] = field(default_factory=dict)
     reader_waiting: str | None = None  # a reader trigger waiting for the active Job (logged once)
 
 

@@ -48,6 +48,8 @@ class SampleBuilder:
         self.dispositions: dict[str, str] = {}
         self.depths: dict[str, int] = {}
         self.disabled_at: datetime | None = None
+        self.positions: dict[int, int] = {}  # source partition -> next offset (autoscaling)
+        self.lags: dict[int, int] = {}
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if name == Metric.MESSAGES and "outcome" in labels:
@@ -65,6 +67,13 @@ class SampleBuilder:
         elif name == Metric.POISON_MESSAGES:
             if value > 0 and "reason" in labels and "disposition" in labels:
                 self.dispositions[labels["reason"]] = labels["disposition"]
+        elif name in (Metric.SOURCE_PARTITION_OFFSET, Metric.SOURCE_PARTITION_LAG):
+            try:
+                part = int(labels.get("partition", ""))
+            except ValueError:
+                return
+            into = self.positions if name == Metric.SOURCE_PARTITION_OFFSET else self.lags
+            into[part] = int(value)
         elif name == Metric.TOPIC_DEPTH and "kind" in labels:
             self.depths[labels["kind"]] = self.depths.get(labels["kind"], 0) + int(value)
 
@@ -84,7 +93,9 @@ class SampleBuilder:
                 last = None
         return Sample(at=self.disabled_at or at, counts=dict(self.counts),
                       consecutive=self.consecutive, disabled=self.disabled, last_poison=last,
-                      depths=dict(self.depths))
+                      depths=dict(self.depths),
+                      partitions=tuple((p, pos, self.lags.get(p, 0))
+                                       for p, pos in sorted(self.positions.items())) or None)
 
 
 def _ids(labels: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -109,6 +109,15 @@ def hang_on_hang(msg):
     return upper(msg)
 
 
+def slow_or_hang(msg):
+    """`slow_upper` (ANTIDOTE_TEST_DELAY seconds a message, so a backlog takes a while),
+    except that b"hang" hangs like `hang_on_hang` until the attempt time limit."""
+    if msg.value == b"hang":
+        _record(msg)
+        time.sleep(3600)
+    return slow_upper(msg)
+
+
 def stubborn_on_hang(msg):
     """Like `hang_on_hang`, but swallows even the attempt timeout and sleeps on (as code in C
     that retries an interrupted call does): only ending its process stops it."""

@@ -175,7 +175,8 @@ def test_kubectl_get_shows_the_printer_columns(objs: client.CustomObjectsApi, ku
         "observedGeneration": 1,
         "conditions": [condition("Ready", True, "Consuming").wire(),
                        condition("Paused", False, "Running").wire()],
-        "counts": {"processed": 1234, "moved": 2, "rejected": 1, "poisoned": 3}}})
+        "counts": {"processed": 1234, "moved": 2, "rejected": 1, "poisoned": 3},
+        "executors": {"current": 3, "desired": 5, "reason": "ScaleUpCoolingDown"}}})
 
     qc = _table(kubectl(kubeconfig, "get", "qc", consumer, "-n", ns).stdout)
     assert qc[0] == ["NAME", "READY", "PAUSED", "REASON", "PROCESSED", "POISONED", "AGE"]
@@ -183,6 +184,7 @@ def test_kubectl_get_shows_the_printer_columns(objs: client.CustomObjectsApi, ku
     wide = _table(kubectl(kubeconfig, "get", "queueconsumers", consumer, "-n", ns, "-o", "wide").stdout)
     assert dict(zip(wide[0], wide[1]))["POLICY"] == policy
     assert dict(zip(wide[0], wide[1]))["TOPIC"] == "orders"
+    assert dict(zip(wide[0], wide[1]))["EXECUTORS"] == "3"
 
     ppol = _table(kubectl(kubeconfig, "get", "ppol", policy, "-n", ns).stdout)
     assert ppol[0] == ["NAME", "DISPOSITION", "IMMEDIATE", "CYCLES", "DELAY", "ATTEMPTS", "AGE"]

@@ -20,7 +20,7 @@ from antidote_api.semantics import EffectiveSettings, longest_retry_delay
 from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
-                                            reachable, source_lag)
+                                            partition_lags, reachable)
 from antidote_consumer.spark import arrow_batching
 from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_SCHEMA
 
@@ -245,8 +245,13 @@ class Consumer:
         if committed is not None:
             # Measured against the end offsets now: a batch that hangs leaves the committed
             # offsets behind while the topic grows, and the "consumer stuck" alert sees it.
-            self.metrics.lag.labels(**self.metrics.ids, topic=t.source).set(
-                source_lag(consumer, t.source, committed))
+            lags = partition_lags(consumer, t.source, committed)
+            self.metrics.lag.labels(**self.metrics.ids, topic=t.source).set(sum(lags.values()))
+            for p, lag in lags.items():
+                self.metrics.partition_lag.labels(**self.metrics.ids, topic=t.source,
+                                                  partition=str(p)).set(lag)
+                self.metrics.partition_offset.labels(**self.metrics.ids, topic=t.source,
+                                                     partition=str(p)).set(committed[p])
 
     # --- running and stopping -----------------------------------------------------------
     def _stop_query(self) -> None:

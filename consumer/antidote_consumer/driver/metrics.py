@@ -82,6 +82,16 @@ class Metrics:
         self.lag = Gauge("antidote_source_lag_records",
                          "Records in the source topic after the last committed batch (end offsets "
                          "minus the query's committed offsets).", LABELS + ("topic",), registry=r)
+        # Per source partition, for the operator's executor autoscaling: where the query stands
+        # (the next offset it reads) and the records after that. Partitions are few and fixed
+        # by the topic, so these labels stay bounded.
+        self.partition_lag = Gauge(Metric.SOURCE_PARTITION_LAG,
+                                   "Records in a source partition after the last committed batch.",
+                                   LABELS + ("topic", "partition"), registry=r)
+        self.partition_offset = Gauge(Metric.SOURCE_PARTITION_OFFSET,
+                                      "The next offset the query reads in a source partition (the "
+                                      "last committed batch's end).", LABELS + ("topic", "partition"),
+                                      registry=r)
         self.depth = Gauge(Metric.TOPIC_DEPTH, "Records in Antidote's topics (end - start offset).",
                            LABELS + ("topic", "kind"), registry=r)
         # Where the last poison message came from is in two gauges' values, not in labels: an

@@ -170,7 +170,12 @@ def end_offsets(admin_consumer, topic: str, partitions: int) -> dict[int, int]:
 
 def source_lag(admin_consumer, topic: str, committed: dict[int, int]) -> int:
     """Records after `committed` (partition -> next offset) up to the end of `topic`."""
-    return sum(max(0, _ends(admin_consumer, topic, p)[1] - pos) for p, pos in committed.items())
+    return sum(partition_lags(admin_consumer, topic, committed).values())
+
+
+def partition_lags(admin_consumer, topic: str, committed: dict[int, int]) -> dict[int, int]:
+    """Partition -> records after `committed` (partition -> next offset) up to its end."""
+    return {p: max(0, _ends(admin_consumer, topic, p)[1] - pos) for p, pos in committed.items()}
 
 
 def depth(admin_consumer, topic: str) -> int:

@@ -32,6 +32,7 @@ class _Runner(LocalRun):
         meta = body["metadata"]
         self.wake = asyncio.Event()
         self.generation_started: int | None = None
+        self.template_started: str | None = None  # the pod template the process runs
         self.failures = 0
         self.not_before = 0.0
         self.last_exit: dict[str, Any] | None = None
@@ -49,6 +50,9 @@ class _Runner(LocalRun):
     def update(self, body: Mapping[str, Any], deleted: bool) -> None:
         self.body, self.deleted = body, self.deleted or deleted
         self.wake.set()
+
+    def template(self) -> str:
+        return json.dumps((self.body.get("spec") or {}).get("template") or {}, sort_keys=True)
 
     def wanted(self) -> bool:
         return not self.deleted and int((self.body.get("spec") or {}).get("replicas", 1)) >= 1
@@ -69,6 +73,12 @@ class _Runner(LocalRun):
             self.wake.clear()
             try:
                 if self.proc is not None and not self.wanted():
+                    await self.stop()
+                elif self.proc is not None and self.template() != self.template_started:
+                    # A new pod template (the settings hash: new settings, a new executor
+                    # count): the Deployment controller would replace the pod (Recreate).
+                    log.warning("DEV RUNNER: the pod template of %s/%s changed: restarting it",
+                                self.ns, self.name)
                     await self.stop()
                 if self.proc is None and self.wanted() and self.may_start():
                     await self.start()
@@ -110,6 +120,7 @@ class _Runner(LocalRun):
                 shutil.rmtree(secrets, ignore_errors=True)
                 raise
         self.generation_started, self.last_exit = self.generation, None
+        self.template_started = self.template()
         self.started_at = _now()
         url = f"http://127.0.0.1:{port}/metrics"
         log.warning("DEV RUNNER: started %s/%s as local process %d (metrics %s, log %s)",
