@@ -68,3 +68,32 @@ def test_key_order_is_kept_through_retries_and_a_sigkill(stack, kafka_bootstrap,
     assert held_records(kafka_bootstrap, s.topics.retry[0]) >= 10
     state = load_state(kafka_bootstrap, f"{source}.ledger-tests.proc")
     assert state.held and all(chains == {} for chains in state.held.values()), state.held
+
+
+def test_a_key_past_max_held_per_key_moves_its_further_messages_to_poison(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """maxHeldPerKey 1: while k's first message is in its retry cycles, k's next message is
+    held and the ones after it go to the poison topic with reason held-overflow (never
+    dropped, never a second outcome); the other key is neither held nor moved."""
+    source, sink = topic_factory(partitions=1), topic_factory("-out")
+    values = [(b"k", b"k0 poison"), (b"j", b"j0 ok"), (b"k", b"k1 ok"), (b"j", b"j1 ok"),
+              (b"k", b"k2 ok"), (b"k", b"k3 ok"), (b"j", b"j2 ok")]
+    produce(kafka_bootstrap, source, [(k, v, None) for k, v in values])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=POLICY)
+    args = cu.write_manifests(tmp_path, name="bound", namespace="tests", bootstrap=kafka_bootstrap,
+                              source=source, handler="tests.integration.handlers:flaky_upper",
+                              policy=POLICY, sink=sink, max_batch=30,
+                              extra={"ordering": "Key", "maxHeldPerKey": 1})
+    finish(stack, calls_dir, tmp_path / "consumer.log", args)
+
+    src = {r.value: (r.partition, r.offset) for r in read_all(kafka_bootstrap, source)}
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
+    reasons = {at: h["antidote.reason"] for at, (_, h) in poison.items()}
+    assert reasons == {src[b"k0 poison"]: "max-attempts", src[b"k2 ok"]: "held-overflow",
+                       src[b"k3 ok"]: "held-overflow"}
+    outputs = [r.value for r in read_all(kafka_bootstrap, sink)]
+    assert sorted(set(outputs)) == [b"J0 OK", b"J1 OK", b"J2 OK", b"K1 OK"]
+    # k1 waited for k0's outcome: it was held (a record in retry-1), then processed.
+    assert held_records(kafka_bootstrap, s.topics.retry[0]) >= 1
+    state = load_state(kafka_bootstrap, f"{source}.ledger-tests.bound")
+    assert all(chains == {} for chains in state.held.values()), state.held
