@@ -29,9 +29,6 @@ from .node_util import restricted_container as _restricted_container, wait as _w
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.node,
-    # One node per machine: every node module runs on the same pytest-xdist worker, one
-    # after the other (`make test` runs with --dist loadgroup).
-    pytest.mark.xdist_group("node"),
     pytest.mark.skipif(os.geteuid() != 0, reason="the node needs root (docs/node.md)"),
 ]
 

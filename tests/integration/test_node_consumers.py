@@ -32,9 +32,6 @@ from .node_util import RESTRICTED, wait
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.node,
-    # One node per machine: every node module runs on the same pytest-xdist worker, one
-    # after the other (`make test` runs with --dist loadgroup).
-    pytest.mark.xdist_group("node"),
     pytest.mark.images,
     pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
 ]
