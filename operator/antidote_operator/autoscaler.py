@@ -41,6 +41,7 @@ def step(st: ConsumerState, d: Decision, status: Mapping[str, Any] | None, now: 
         st.progress = {}
         return None
     now = now.replace(microsecond=0)
+    last = stored.last_scale_time if stored is not None else None
     s = st.sample
     partitions = None
     if s is not None and s.partitions is not None:
@@ -51,9 +52,8 @@ def step(st: ConsumerState, d: Decision, status: Mapping[str, Any] | None, now: 
         # Now, not the reading's time: an unchanged page brings no new reading, and a
         # partition that stopped moving must count as stopped when a cool-down ends later.
         partitions = blocked_partitions(positions, st.progress, now=now,
-                                        failing=bool(s.consecutive), fault=fault)
+                                        failing=bool(s.consecutive), fault=fault, restarted_at=last)
     current = stored.current if stored is not None else spec.min
-    last = stored.last_scale_time if stored is not None else None
     x = decide_executors(ScaleInputs(
         spec=spec, current=current, last_change=last, now=now, partitions=partitions,
         cores=d.settings.spark.executor.cores, running=bool(d.replicas)))

@@ -144,6 +144,7 @@ STALL_STEPS = 3
 STALL_MIN = timedelta(seconds=10)
 STALL_DEFAULT = timedelta(seconds=60)
 NOT_SEEN_MOVING = "not seen moving yet"
+NOT_MOVING_SINCE_RESTART = "not seen moving since the driver restarted"
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,8 @@ def stall_window(prog: Progress) -> timedelta:
 
 
 def blocked_partitions(positions: Mapping[int, tuple[int, int]], progress: Mapping[int, Progress],
-                       *, now: datetime, failing: bool,
-                       fault: tuple[int, int] | None) -> tuple[Partition, ...]:
+                       *, now: datetime, failing: bool, fault: tuple[int, int] | None,
+                       restarted_at: datetime | None = None) -> tuple[Partition, ...]:
     """The partitions (partition -> (position, lag)) with their lag, and why each one with lag
     is blocked, if it is:
     - every one while whole batches are failing (`failing`): a batch is retried whole, and
@@ -190,7 +191,12 @@ def blocked_partitions(positions: Mapping[int, tuple[int, int]], progress: Mappi
       before that message: the consumer stops there every time it gets to it;
     - one not seen moving since its lag appeared (lag counts once the consumer shows it can
       work it off: the first batch does), or no longer moving (`stall_window`): a batch that
-      does not end, such as a handler that hangs on a message."""
+      does not end, such as a handler that hangs on a message;
+    - one with lag not seen moving since `restarted_at` (the last change of the count, which
+      restarts the driver): a driver pod's start-up (scheduling, the JVM, Spark's executors,
+      the first batch) takes longer than a stall window measured from before the restart, and
+      counting its partitions as stalled would scale the consumer back down (or up) in the
+      middle of it. Blocked, so the count is kept until the new driver shows progress."""
     out = []
     for p, (pos, lag) in sorted(positions.items()):
         why = None
@@ -203,6 +209,8 @@ def blocked_partitions(positions: Mapping[int, tuple[int, int]], progress: Mappi
             why = FAULT
         elif prog is None or prog.moved_at is None:
             why = NOT_SEEN_MOVING
+        elif restarted_at is not None and prog.moved_at <= restarted_at:  # the move that decided it was before
+            why = NOT_MOVING_SINCE_RESTART
         elif now - prog.moved_at > stall_window(prog):
             why = STALLED
         out.append(Partition(p, lag, why))

@@ -55,12 +55,17 @@ def test_a_backlog_that_moves_scales_up_once_with_an_event_and_the_new_count_in_
     assert instances(up) == "3" and up.settings.spark.executor.instances == 3
     assert [(e.type, e.reason) for e in up.events] == [("Normal", "ScaledUp")]
     assert "from 1 to 3" in up.events[0].message and "1350 record(s) of lag" in up.events[0].message
-    # Decided again on the stored status: Steady at 3, no second Event; then no status write.
+    # Decided again on the stored status while the driver restarts: kept at 3, no second
+    # Event; once the new driver moves the partitions, Steady; then no status write.
     again = run(st, T0 + timedelta(seconds=5), up.status)
-    assert again.events == [] and again.status["executors"]["reason"] == "Steady"
+    assert again.events == [] and again.status["executors"]["reason"] == "LagBlocked"
+    assert again.status["executors"]["current"] == 3
     st.sample = sample(T0 + timedelta(seconds=6), (0, 110, 400), (1, 120, 400), (2, 105, 400))
     third = run(st, T0 + timedelta(seconds=6), again.status)
-    assert third.events == [] and status_patch(again.status, third.status) == {}
+    assert third.events == [] and third.status["executors"]["reason"] == "Steady"
+    st.sample = sample(T0 + timedelta(seconds=8), (0, 160, 350), (1, 170, 350), (2, 155, 350))
+    fourth = run(st, T0 + timedelta(seconds=8), third.status)
+    assert fourth.events == [] and status_patch(third.status, fourth.status) == {}
 
 
 def test_a_cool_down_holds_the_change_and_asks_to_decide_again_when_it_ends() -> None:
@@ -135,3 +140,35 @@ def test_a_partition_that_stopped_moving_counts_as_stopped_when_its_cool_down_en
     # 2 minutes later, the partitions have not moved for longer than the stall window (60 s).
     d = run(st, T0 + timedelta(minutes=2), stored)
     assert d.status["executors"]["reason"] == "LagBlocked" and "(not moving)" in d.status["executors"]["message"]
+
+
+def test_the_restart_a_change_causes_is_not_a_stall_that_scales_back() -> None:
+    """Found on the node: a scale-up restarts the driver pod, whose start-up (scheduling, the
+    JVM, executor pods, the first batch) outlasts the stall windows measured from the old
+    driver's batches. One partition's window ended first, it counted as stalled, the other
+    one's lag alone asked for 1 executor, and the down cool-down scaled the consumer straight
+    back to 1. Until the new driver moves a partition, the count is kept."""
+    st = ConsumerState("shop", "orders")
+    spec = {**SPEC, "spark": {"autoscale": {**AUTOSCALE, "scaleUpCooldown": "0s",
+                                            "scaleDownCooldown": "10s"}}}
+    # The old driver: partition 0 moves every 2 s, partition 1 (fewer records per batch) at
+    # 0 s and 4 s; the backlog scales up to 2 (one per partition) at 4 s.
+    for at, p0, p1 in ((0, 10, 10), (2, 110, 10), (4, 210, 60)):
+        st.sample = sample(T0 + timedelta(seconds=at), (0, p0, 3000), (1, p1, 3000))
+        d = run(st, T0 + timedelta(seconds=at), spec=spec)
+    ex = d.status["executors"]
+    assert (ex["reason"], ex["current"]) == ("ScaledUp", 2), ex
+    stored = {"executors": ex}
+    # 11 s later the new driver pod is still starting: partition 0's window (3 × 2 s, at
+    # least 10 s) has ended, partition 1's (3 × 4 s) has not, and the down cool-down (10 s)
+    # is over. Nothing has moved since the change: the count is kept.
+    st.sample = sample(T0 + timedelta(seconds=15), (0, 210, 3100), (1, 60, 3100))
+    d = run(st, T0 + timedelta(seconds=15), stored, spec=spec)
+    ex = d.status["executors"]
+    assert (ex["current"], ex["reason"]) == (2, "LagBlocked"), ex
+    assert "0 (not seen moving since the driver restarted)" in ex["message"], ex
+    # Its first batch moves both partitions: their lag counts again, and 2 it stays.
+    st.sample = sample(T0 + timedelta(seconds=20), (0, 1210, 2100), (1, 1060, 2100))
+    d = run(st, T0 + timedelta(seconds=20), stored, spec=spec)
+    ex = d.status["executors"]
+    assert (ex["current"], ex["reason"]) == (2, "Steady"), ex
