@@ -291,6 +291,8 @@ def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
     view = deployment_view(body)
     annotations = meta.get("annotations") or {}
     changed = view != st.deployment
+    if view.available > 0 and (st.deployment is None or st.deployment.available == 0):
+        st.driver_ready_at = datetime.now(timezone.utc)
     st.deployment = view
     url = annotations.get(DEV_RUNNER_METRICS)
     if url != st.metrics_url:

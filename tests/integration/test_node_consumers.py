@@ -198,6 +198,12 @@ def _executors(c: Cluster, name: str) -> dict:
     return c.qc(name).get("status", {}).get("executors") or {}
 
 
+def _scale_events(c: Cluster) -> list[str]:
+    """Every Event of the consumer, in order, for a failure's message."""
+    return [f"{e.last_timestamp or e.event_time} {e.reason} x{e.count}: {e.message}"
+            for e in sorted(c.events("scale"), key=lambda e: str(e.last_timestamp or e.event_time))]
+
+
 def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_down(cluster: Cluster) -> None:
     """`spec.spark.autoscale` on the node: the operator pod reads the driver pod's partition
     lag (its /metrics at the headless Service), decides, and the driver pod restarts with
@@ -246,7 +252,9 @@ def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_do
         up = wait("the scale-up to 2", lambda: (e := _executors(c, "scale")).get("current") == 2 and e, 120)
         assert up["lastScaleTime"], up
         # The Event is posted after the status is written.
-        (ev,) = wait("the ScaledUp Event", lambda: [e for e in c.events("scale") if e.reason == "ScaledUp"], 30)
+        ups = wait("the ScaledUp Event", lambda: [e for e in c.events("scale") if e.reason == "ScaledUp"], 30)
+        assert len(ups) == 1, _scale_events(c)
+        (ev,) = ups
         assert "Scaled up from 1 to 2" in ev.message, ev.message
         wait("a new driver pod with 2 executor pods", lambda: (d := c.running("scale", "driver", 1))
              and d[0].metadata.name != driver.metadata.name and len(c.executor_pods("scale")) == 2, 300)
@@ -256,7 +264,9 @@ def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_do
         wait("the backlog processed", lambda: c.counts("scale").get("processed") == 2 + 2 * backlog, 300)
         down = wait("the scale-down to 1", lambda: (e := _executors(c, "scale")).get("current") == 1 and e, 120)
         assert down["reason"] in ("ScaledDown", "Steady"), down
-        (ev,) = wait("the ScaledDown Event", lambda: [e for e in c.events("scale") if e.reason == "ScaledDown"], 30)
+        downs = wait("the ScaledDown Event", lambda: [e for e in c.events("scale") if e.reason == "ScaledDown"], 30)
+        assert len(downs) == 1, _scale_events(c)
+        (ev,) = downs
         assert "Scaled down from 2 to 1" in ev.message, ev.message
         wait("a new driver pod with 1 executor pod", lambda: (d := c.running("scale", "driver", 1))
              and d[0].metadata.name != driver.metadata.name and len(c.executor_pods("scale")) == 1, 300)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from antidote_operator import autoscaler
 from antidote_operator.builders import driver as builders
 from antidote_operator.state import ConsumerState
-from antidote_operator.observations import LastPoisonSample, Sample
+from antidote_operator.observations import DeploymentView, LastPoisonSample, Sample
 from antidote_operator.status import Inputs, decide, status_patch
 
 T0 = datetime(2026, 11, 23, 22, 0, tzinfo=timezone.utc)
@@ -145,30 +145,43 @@ def test_a_partition_that_stopped_moving_counts_as_stopped_when_its_cool_down_en
 def test_the_restart_a_change_causes_is_not_a_stall_that_scales_back() -> None:
     """Found on the node: a scale-up restarts the driver pod, whose start-up (scheduling, the
     JVM, executor pods, the first batch) outlasts the stall windows measured from the old
-    driver's batches. One partition's window ended first, it counted as stalled, the other
-    one's lag alone asked for 1 executor, and the down cool-down scaled the consumer straight
-    back to 1. Until the new driver moves a partition, the count is kept."""
+    driver's batches (the old driver's last batch, on SIGTERM, moves them once more). One
+    partition's window ended first, the other one's lag alone asked for 1 executor, and the
+    down cool-down scaled the consumer straight back to 1. The count is kept while the
+    driver is not available and until the new driver moves the partitions."""
     st = ConsumerState("shop", "orders")
     spec = {**SPEC, "spark": {"autoscale": {**AUTOSCALE, "scaleUpCooldown": "0s",
                                             "scaleDownCooldown": "10s"}}}
+    st.deployment = DeploymentView(replicas=1, available=1)
     # The old driver: partition 0 moves every 2 s, partition 1 (fewer records per batch) at
-    # 0 s and 4 s; the backlog scales up to 2 (one per partition) at 4 s.
-    for at, p0, p1 in ((0, 10, 10), (2, 110, 10), (4, 210, 60)):
+    # 2 s only; the backlog scales up to 2 (one per partition) at 4 s.
+    for at, p0, p1 in ((0, 10, 10), (2, 110, 60), (4, 210, 60)):
         st.sample = sample(T0 + timedelta(seconds=at), (0, p0, 3000), (1, p1, 3000))
         d = run(st, T0 + timedelta(seconds=at), spec=spec)
     ex = d.status["executors"]
     assert (ex["reason"], ex["current"]) == ("ScaledUp", 2), ex
     stored = {"executors": ex}
-    # 11 s later the new driver pod is still starting: partition 0's window (3 × 2 s, at
-    # least 10 s) has ended, partition 1's (3 × 4 s) has not, and the down cool-down (10 s)
-    # is over. Nothing has moved since the change: the count is kept.
-    st.sample = sample(T0 + timedelta(seconds=15), (0, 210, 3100), (1, 60, 3100))
-    d = run(st, T0 + timedelta(seconds=15), stored, spec=spec)
+    # Nothing moved since the change: kept, however long.
+    st.sample = sample(T0 + timedelta(seconds=5), (0, 210, 3000), (1, 60, 3000))
+    d = run(st, T0 + timedelta(seconds=5), stored, spec=spec)
+    assert "0 (not seen moving since the driver restarted)" in d.status["executors"]["message"]
+    # The old driver's last batch moves both; then its pod is gone and the new one not ready.
+    st.sample = sample(T0 + timedelta(seconds=6), (0, 310, 2900), (1, 110, 2950))
+    run(st, T0 + timedelta(seconds=6), stored, spec=spec)
+    st.deployment = DeploymentView(replicas=1, available=0)
+    # 11 s on: partition 0's window (3 × 2 s, at least 10 s) has ended, partition 1's (3 × 4 s)
+    # has not, the down cool-down (10 s) is over: without the driver, every partition is kept.
+    d = run(st, T0 + timedelta(seconds=17), stored, spec=spec)
     ex = d.status["executors"]
     assert (ex["current"], ex["reason"]) == (2, "LagBlocked"), ex
-    assert "0 (not seen moving since the driver restarted)" in ex["message"], ex
+    # The new driver is ready at 40 s; its first batch has not ended at 52 s: still kept.
+    st.deployment, st.driver_ready_at = DeploymentView(replicas=1, available=1), T0 + timedelta(seconds=40)
+    d = run(st, T0 + timedelta(seconds=52), stored, spec=spec)
+    ex = d.status["executors"]
+    assert (ex["current"], ex["reason"]) == (2, "LagBlocked"), ex
+    assert "1 (not seen moving since the driver restarted)" in ex["message"], ex
     # Its first batch moves both partitions: their lag counts again, and 2 it stays.
-    st.sample = sample(T0 + timedelta(seconds=20), (0, 1210, 2100), (1, 1060, 2100))
-    d = run(st, T0 + timedelta(seconds=20), stored, spec=spec)
+    st.sample = sample(T0 + timedelta(seconds=55), (0, 1310, 1900), (1, 1110, 1950))
+    d = run(st, T0 + timedelta(seconds=55), stored, spec=spec)
     ex = d.status["executors"]
     assert (ex["current"], ex["reason"]) == (2, "Steady"), ex
