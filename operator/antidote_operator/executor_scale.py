@@ -115,22 +115,18 @@ def decide_executors(i: ScaleInputs) -> ScaleDecision:
     # decision, not with every reading, so it is not rewritten at every scrape.
     detail = (f"{lag} record(s) of lag in {busy} partition(s) that can use executors "
               f"(target {spec.target_lag_per_executor} per executor, {i.cores} core(s) each).")
-    if up > current:
-        wait = timedelta(milliseconds=spec.scale_up_cooldown.ms)
-        if since is not None and since < wait:
-            return ScaleDecision(current, up, reasons.UP_COOLING,
-                                 f"The lag asks for {up}, after scaleUpCooldown {spec.scale_up_cooldown} "
-                                 f"from the last change.{excluded}", detail)
-        return ScaleDecision(up, up, reasons.SCALED_UP,
-                             f"Scaled up from {current} to {up} for the lag.{excluded}", detail)
-    if down < current:
-        wait = timedelta(milliseconds=spec.scale_down_cooldown.ms)
-        if since is not None and since < wait:
-            return ScaleDecision(current, down, reasons.DOWN_COOLING,
-                                 f"The lag asks for {down}, after scaleDownCooldown "
-                                 f"{spec.scale_down_cooldown} from the last change.{excluded}", detail)
-        return ScaleDecision(down, down, reasons.SCALED_DOWN,
-                             f"Scaled down from {current} to {down}: the lag fell.{excluded}", detail)
+    # Up first (up >= down always), each direction after its own cool-down.
+    for wanted, to, cooldown, name, cooling, changed, why in (
+            (up > current, up, spec.scale_up_cooldown, "scaleUpCooldown", reasons.UP_COOLING,
+             reasons.SCALED_UP, f"Scaled up from {current} to {up} for the lag."),
+            (down < current, down, spec.scale_down_cooldown, "scaleDownCooldown", reasons.DOWN_COOLING,
+             reasons.SCALED_DOWN, f"Scaled down from {current} to {down}: the lag fell.")):
+        if not wanted:
+            continue
+        if since is not None and since < timedelta(milliseconds=cooldown.ms):
+            return ScaleDecision(current, to, cooling, f"The lag asks for {to}, after {name} "
+                                 f"{cooldown} from the last change.{excluded}", detail)
+        return ScaleDecision(to, to, changed, f"{why}{excluded}", detail)
     return ScaleDecision(current, current, reasons.STEADY,
                          f"The lag fits {current} executor(s).{excluded}", detail)
 

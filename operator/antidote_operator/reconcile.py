@@ -170,6 +170,8 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         d.recheck_at = reader.recheck_at
     st.poison, st.recheck_at = d.poison, d.recheck_at
     st.conditions = {c["type"]: c["status"] for c in d.status.get("conditions", [])}
+    ex = d.status.get("executors")
+    st.executors = (ex["current"], ex["desired"]) if ex else None
     st.disabled_reason = d.disabled
     if d.resumed:
         # What the stopped driver last reported belongs to the disabled run.

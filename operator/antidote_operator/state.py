@@ -47,6 +47,7 @@ class ConsumerState:
     # When the driver last became available (its Deployment's availableReplicas went from 0 to
     # more): partitions must be seen moving after it before a stall counts (autoscaler.step).
     driver_ready_at: datetime | None = None
+    executors: tuple[int, int] | None = None  # status.executors (current, desired) as last written
     reader_waiting: str | None = None  # a reader trigger waiting for the active Job (logged once)
 
 

@@ -204,6 +204,22 @@ def _scale_events(c: Cluster) -> list[str]:
             for e in sorted(c.events("scale"), key=lambda e: str(e.last_timestamp or e.event_time))]
 
 
+def _scaled(c: Cluster, driver: client.V1Pod, reason: str, before: int, after: int) -> client.V1Pod:
+    """The count written to status, one `reason` Event (posted after the status), then a new
+    driver pod whose executor pods number `after`; returns that driver pod."""
+    st = wait(f"the count {after} in status", lambda: (e := _executors(c, "scale")).get("current") == after
+              and e, 120)
+    assert st["lastScaleTime"] and st["reason"] in (reason, "Steady", "LagBlocked"), st
+    events = wait(f"the {reason} Event", lambda: [e for e in c.events("scale") if e.reason == reason], 30)
+    assert len(events) == 1, _scale_events(c)
+    direction = "up" if after > before else "down"
+    assert f"Scaled {direction} from {before} to {after}" in events[0].message, events[0].message
+    wait(f"a new driver pod with {after} executor pod(s)", lambda: (d := c.running("scale", "driver", 1))
+         and d[0].metadata.name != driver.metadata.name and len(c.executor_pods("scale")) == after, 300)
+    (new,) = c.running("scale", "driver", 1)
+    return new
+
+
 def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_down(cluster: Cluster) -> None:
     """`spec.spark.autoscale` on the node: the operator pod reads the driver pod's partition
     lag (its /metrics at the headless Service), decides, and the driver pod restarts with
@@ -249,27 +265,11 @@ def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_do
         assert c.running("scale", "driver", 1)[0].metadata.name == driver.metadata.name
 
         # 2. The time limit ends the hang; the same backlog, now moving, scales up.
-        up = wait("the scale-up to 2", lambda: (e := _executors(c, "scale")).get("current") == 2 and e, 120)
-        assert up["lastScaleTime"], up
-        # The Event is posted after the status is written.
-        ups = wait("the ScaledUp Event", lambda: [e for e in c.events("scale") if e.reason == "ScaledUp"], 30)
-        assert len(ups) == 1, _scale_events(c)
-        (ev,) = ups
-        assert "Scaled up from 1 to 2" in ev.message, ev.message
-        wait("a new driver pod with 2 executor pods", lambda: (d := c.running("scale", "driver", 1))
-             and d[0].metadata.name != driver.metadata.name and len(c.executor_pods("scale")) == 2, 300)
-        (driver,) = c.running("scale", "driver", 1)
+        driver = _scaled(c, driver, "ScaledUp", 1, 2)
 
         # 3. The backlog worked off (the hanging message waits in its retry cycle), then down.
         wait("the backlog processed", lambda: c.counts("scale").get("processed") == 2 + 2 * backlog, 300)
-        down = wait("the scale-down to 1", lambda: (e := _executors(c, "scale")).get("current") == 1 and e, 120)
-        assert down["reason"] in ("ScaledDown", "Steady"), down
-        downs = wait("the ScaledDown Event", lambda: [e for e in c.events("scale") if e.reason == "ScaledDown"], 30)
-        assert len(downs) == 1, _scale_events(c)
-        (ev,) = downs
-        assert "Scaled down from 2 to 1" in ev.message, ev.message
-        wait("a new driver pod with 1 executor pod", lambda: (d := c.running("scale", "driver", 1))
-             and d[0].metadata.name != driver.metadata.name and len(c.executor_pods("scale")) == 1, 300)
+        _scaled(c, driver, "ScaledDown", 2, 1)
         assert c.counts("scale").get("retried") == 1
         assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
         c.no_pod_security_refusals()
