@@ -14,23 +14,25 @@ dev-up: install
 dev-down:
 	.venv/bin/antidote dev down
 
-# Builds (or finds cached) binaries and jars (as root also the node's, for
-# tests/integration/test_node.py, which needs root), then runs unit and integration tests on 2
-# pytest-xdist workers; each worker starts its own real stack once, for its session. With
-# worksteal a worker that runs out of tests takes half of the other's queue: "load" left
-# one worker alone with its queue of slow tests for minutes.
+# Builds (or finds cached) binaries and jars (as root also the node's and the project's
+# images, for the node tests, which need root; a warm build does nothing), then runs unit and
+# integration tests on 2 pytest-xdist workers; each worker starts its own real stack once,
+# for its session. --dist loadgroup: the node modules (xdist_group "node": test_node.py,
+# test_images.py, test_node_consumers.py) go to one worker, one after the other (one node
+# per machine), first, being the longest chain; every other test is a unit of its own, handed
+# out one or two at a time to whichever worker runs low ("load" handed out large batches and
+# left one worker alone with a queue of slow tests for minutes).
 test: install
-	.venv/bin/antidote dev build $$([ "$$(id -u)" = 0 ] && echo --node)
-	@.venv/bin/python -m pytest -n 2 --dist worksteal -m "not images"; rc=$$?; \
+	.venv/bin/antidote dev build $$([ "$$(id -u)" = 0 ] && echo --node --images)
+	@.venv/bin/python -m pytest -n 2 --dist loadgroup; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
 	  exit $$rc
 
-# The project's images built with buildah and run on the node, and the real path with them
-# (the chart's operator pod, drivers and executors as pods, reader Jobs; root; minutes cold,
-# so not in `make test`: docs/node.md, "The real path on the node"; docs/images.md).
+# Only the node modules (root): after a change to the images, the chart, the builders or the
+# node, without the rest of `make test` (docs/node.md, "The real path on the node").
 test-images: install
 	.venv/bin/antidote dev build --node --images
-	.venv/bin/python -m pytest -m images
+	.venv/bin/python -m pytest -m node
 
 unit: install
 	.venv/bin/python -m pytest tests/unit

@@ -11,6 +11,7 @@ with buildah), the base the project's images build on.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -99,10 +100,13 @@ DEBIAN_INCLUDE = ("ca-certificates",)
 
 def buildah() -> list[str]:
     """buildah with its storage in the cache (vfs: no overlay mounts to clean up), so the
-    images built here are cached like the binaries and later builds start FROM them."""
+    images built here are cached like the binaries and later builds start FROM them. The
+    runroot (locks, transient state) is one per storage, so builds into two caches (a cold
+    build timed beside the warm cache) never share it."""
     tool = _require("buildah", "build images", "apt-get install buildah")
-    return [tool, "--root", str(cache_dir() / "buildah"), "--runroot", "/run/antidote-buildah",
-            "--storage-driver", "vfs"]
+    root = cache_dir() / "buildah"
+    runroot = "/run/antidote-buildah-" + hashlib.sha256(str(root).encode()).hexdigest()[:8]
+    return [tool, "--root", str(root), "--runroot", runroot, "--storage-driver", "vfs"]
 
 
 def debian_base_image() -> tuple[str, Path]:

@@ -41,6 +41,14 @@ def step(st: ConsumerState, d: Decision, status: Mapping[str, Any] | None, now: 
         st.progress = {}
         return None
     now = now.replace(microsecond=0)
+    last = stored.last_scale_time if stored is not None else None
+    # The driver's own restart is not a stall: partitions count as blocked until they are seen
+    # moving after the last change and after the driver last became available, and while it
+    # is not available at all (a restart's old driver may still move them in its last batch,
+    # and the new one's start-up outlasts stall windows measured from the old one's batches).
+    restarted_at = max((t for t in (last, st.driver_ready_at) if t is not None), default=None)
+    if d.replicas and st.deployment is not None and st.deployment.available == 0:
+        restarted_at = now
     s = st.sample
     partitions = None
     if s is not None and s.partitions is not None:
@@ -51,9 +59,8 @@ def step(st: ConsumerState, d: Decision, status: Mapping[str, Any] | None, now: 
         # Now, not the reading's time: an unchanged page brings no new reading, and a
         # partition that stopped moving must count as stopped when a cool-down ends later.
         partitions = blocked_partitions(positions, st.progress, now=now,
-                                        failing=bool(s.consecutive), fault=fault)
+                                        failing=bool(s.consecutive), fault=fault, restarted_at=restarted_at)
     current = stored.current if stored is not None else spec.min
-    last = stored.last_scale_time if stored is not None else None
     x = decide_executors(ScaleInputs(
         spec=spec, current=current, last_change=last, now=now, partitions=partitions,
         cores=d.settings.spark.executor.cores, running=bool(d.replicas)))

@@ -115,22 +115,18 @@ def decide_executors(i: ScaleInputs) -> ScaleDecision:
     # decision, not with every reading, so it is not rewritten at every scrape.
     detail = (f"{lag} record(s) of lag in {busy} partition(s) that can use executors "
               f"(target {spec.target_lag_per_executor} per executor, {i.cores} core(s) each).")
-    if up > current:
-        wait = timedelta(milliseconds=spec.scale_up_cooldown.ms)
-        if since is not None and since < wait:
-            return ScaleDecision(current, up, reasons.UP_COOLING,
-                                 f"The lag asks for {up}, after scaleUpCooldown {spec.scale_up_cooldown} "
-                                 f"from the last change.{excluded}", detail)
-        return ScaleDecision(up, up, reasons.SCALED_UP,
-                             f"Scaled up from {current} to {up} for the lag.{excluded}", detail)
-    if down < current:
-        wait = timedelta(milliseconds=spec.scale_down_cooldown.ms)
-        if since is not None and since < wait:
-            return ScaleDecision(current, down, reasons.DOWN_COOLING,
-                                 f"The lag asks for {down}, after scaleDownCooldown "
-                                 f"{spec.scale_down_cooldown} from the last change.{excluded}", detail)
-        return ScaleDecision(down, down, reasons.SCALED_DOWN,
-                             f"Scaled down from {current} to {down}: the lag fell.{excluded}", detail)
+    # Up first (up >= down always), each direction after its own cool-down.
+    for wanted, to, cooldown, name, cooling, changed, why in (
+            (up > current, up, spec.scale_up_cooldown, "scaleUpCooldown", reasons.UP_COOLING,
+             reasons.SCALED_UP, f"Scaled up from {current} to {up} for the lag."),
+            (down < current, down, spec.scale_down_cooldown, "scaleDownCooldown", reasons.DOWN_COOLING,
+             reasons.SCALED_DOWN, f"Scaled down from {current} to {down}: the lag fell.")):
+        if not wanted:
+            continue
+        if since is not None and since < timedelta(milliseconds=cooldown.ms):
+            return ScaleDecision(current, to, cooling, f"The lag asks for {to}, after {name} "
+                                 f"{cooldown} from the last change.{excluded}", detail)
+        return ScaleDecision(to, to, changed, f"{why}{excluded}", detail)
     return ScaleDecision(current, current, reasons.STEADY,
                          f"The lag fits {current} executor(s).{excluded}", detail)
 
@@ -144,6 +140,7 @@ STALL_STEPS = 3
 STALL_MIN = timedelta(seconds=10)
 STALL_DEFAULT = timedelta(seconds=60)
 NOT_SEEN_MOVING = "not seen moving yet"
+NOT_MOVING_SINCE_RESTART = "not seen moving since the driver restarted"
 
 
 @dataclass(frozen=True)
@@ -180,8 +177,8 @@ def stall_window(prog: Progress) -> timedelta:
 
 
 def blocked_partitions(positions: Mapping[int, tuple[int, int]], progress: Mapping[int, Progress],
-                       *, now: datetime, failing: bool,
-                       fault: tuple[int, int] | None) -> tuple[Partition, ...]:
+                       *, now: datetime, failing: bool, fault: tuple[int, int] | None,
+                       restarted_at: datetime | None = None) -> tuple[Partition, ...]:
     """The partitions (partition -> (position, lag)) with their lag, and why each one with lag
     is blocked, if it is:
     - every one while whole batches are failing (`failing`): a batch is retried whole, and
@@ -190,7 +187,12 @@ def blocked_partitions(positions: Mapping[int, tuple[int, int]], progress: Mappi
       before that message: the consumer stops there every time it gets to it;
     - one not seen moving since its lag appeared (lag counts once the consumer shows it can
       work it off: the first batch does), or no longer moving (`stall_window`): a batch that
-      does not end, such as a handler that hangs on a message."""
+      does not end, such as a handler that hangs on a message;
+    - one with lag not seen moving since `restarted_at` (the last change of the count, which
+      restarts the driver): a driver pod's start-up (scheduling, the JVM, Spark's executors,
+      the first batch) takes longer than a stall window measured from before the restart, and
+      counting its partitions as stalled would scale the consumer back down (or up) in the
+      middle of it. Blocked, so the count is kept until the new driver shows progress."""
     out = []
     for p, (pos, lag) in sorted(positions.items()):
         why = None
@@ -203,6 +205,8 @@ def blocked_partitions(positions: Mapping[int, tuple[int, int]], progress: Mappi
             why = FAULT
         elif prog is None or prog.moved_at is None:
             why = NOT_SEEN_MOVING
+        elif restarted_at is not None and prog.moved_at <= restarted_at:  # the move that decided it was before
+            why = NOT_MOVING_SINCE_RESTART
         elif now - prog.moved_at > stall_window(prog):
             why = STALLED
         out.append(Partition(p, lag, why))

@@ -39,6 +39,17 @@ class _Consumers(Collector):
             if st.disabled_reason:
                 d.add_metric([st.namespace, st.name, st.disabled_reason], 1)
         yield d
+        # The executor count is in the driver's Spark configuration, not a metric of Spark's:
+        # the operator says what it set (current) and what the lag asked for (desired).
+        x = GaugeMetricFamily("antidote_operator_executors",
+                              "Executors of a QueueConsumer with spec.spark.autoscale, as last "
+                              "written: current (in the driver's configuration) and desired.",
+                              labels=["namespace", "consumer", "kind"])
+        for st in self.consumers:
+            if st.executors is not None:
+                x.add_metric([st.namespace, st.name, "current"], st.executors[0])
+                x.add_metric([st.namespace, st.name, "desired"], st.executors[1])
+        yield x
         yield GaugeMetricFamily("antidote_operator_watched_consumers",
                                 "QueueConsumers the operator knows.", value=len(self.consumers))
 

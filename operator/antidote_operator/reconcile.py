@@ -170,6 +170,8 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         d.recheck_at = reader.recheck_at
     st.poison, st.recheck_at = d.poison, d.recheck_at
     st.conditions = {c["type"]: c["status"] for c in d.status.get("conditions", [])}
+    ex = d.status.get("executors")
+    st.executors = (ex["current"], ex["desired"]) if ex else None
     st.disabled_reason = d.disabled
     if d.resumed:
         # What the stopped driver last reported belongs to the disabled run.
@@ -291,6 +293,8 @@ def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
     view = deployment_view(body)
     annotations = meta.get("annotations") or {}
     changed = view != st.deployment
+    if view.available > 0 and (st.deployment is None or st.deployment.available == 0):
+        st.driver_ready_at = datetime.now(timezone.utc)
     st.deployment = view
     url = annotations.get(DEV_RUNNER_METRICS)
     if url != st.metrics_url:

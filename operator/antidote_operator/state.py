@@ -44,6 +44,10 @@ class ConsumerState:
     disabled_seen_at: float | None = None  # monotonic time the disable evidence arrived
     # Source partitions' progress between readings (executor_scale.track), for autoscaling.
     progress: dict[int, Progress] = field(default_factory=dict)
+    # When the driver last became available (its Deployment's availableReplicas went from 0 to
+    # more): partitions must be seen moving after it before a stall counts (autoscaler.step).
+    driver_ready_at: datetime | None = None
+    executors: tuple[int, int] | None = None  # status.executors (current, desired) as last written
     reader_waiting: str | None = None  # a reader trigger waiting for the active Job (logged once)
 
 

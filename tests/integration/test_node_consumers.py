@@ -17,26 +17,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client, config
-
-from antidote_devstack import node, project_images
-from antidote_devstack import stack as devstack
-from antidote_devstack.paths import cache_dir
+from kubernetes import client
 
 from .kafka_io import produce, read_all
-from .node_util import RESTRICTED, handlers_image, restricted_namespace, wait
+from .node_cluster import EXECUTORS, MASTER, RELEASE, Cluster, _run, started
+from .node_util import RESTRICTED, wait
 
 pytestmark = [
     pytest.mark.integration,
@@ -45,145 +36,11 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts/antidote"
-VALUES = ROOT / "hack/local-images.values.yaml"
-RELEASE = "antidote"
-MASTER = "k8s://https://kubernetes.default.svc"
-EXECUTORS = 2
-# Each executor asks for a tenth of a CPU (Spark's default is spark.executor.cores, a whole
-# one): the node has two, the driver takes one and the operator a tenth.
-SPARK = {"driver": {"memory": "512m"},
-         "executor": {"instances": EXECUTORS, "memory": "512m"},
-         "conf": {"spark.kubernetes.executor.request.cores": "100m"}}
-
-
-def _run(env: dict[str, str], *cmd: str, stdin: str | None = None, timeout: float = 600) -> str:
-    out = subprocess.run(list(cmd), capture_output=True, text=True, env=env, input=stdin,
-                         timeout=timeout)
-    assert out.returncode == 0, f"{' '.join(cmd)}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
-    return out.stdout
-
-
-@dataclass
-class Cluster:
-    """The node with the chart installed, and one restricted namespace for consumers."""
-
-    stack: devstack.Stack
-    api: client.ApiClient
-    env: dict[str, str]
-    system: str
-    ns: str
-    image: str  # the test handlers' image
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def bootstrap(self) -> str:
-        return self.stack.kafka_bootstrap  # the bridge's gateway: the same for host and pods
-
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        return _run(self.env, "kubectl", *args, stdin=stdin)
-
-    def antidote(self, *args: str) -> str:
-        return _run(self.env, str(ROOT / ".venv/bin/antidote"), *args)
-
-    def qc(self, name: str) -> dict[str, Any]:
-        return client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-            "antidote.dev", "v1alpha1", self.ns, "queueconsumers", name)
-
-    def condition(self, name: str, type_: str) -> tuple[str, str] | None:
-        for c in self.qc(name).get("status", {}).get("conditions", []):
-            if c["type"] == type_:
-                return c["status"], c["reason"]
-        return None
-
-    def counts(self, name: str) -> dict[str, int]:
-        return self.qc(name).get("status", {}).get("counts", {})
-
-    def pods(self, consumer: str, component: str) -> list[client.V1Pod]:
-        return self.core.list_namespaced_pod(
-            self.ns, label_selector=f"antidote.dev/consumer={consumer},"
-                                    f"app.kubernetes.io/component={component}").items
-
-    def running(self, consumer: str, component: str, n: int) -> list[client.V1Pod] | None:
-        pods = [p for p in self.pods(consumer, component)
-                if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
-        return pods if len(pods) == n else None
-
-    def replicas(self, name: str) -> int:
-        return client.AppsV1Api(self.api).read_namespaced_deployment(name, self.ns).spec.replicas
-
-    def events(self, name: str) -> list[Any]:
-        return self.core.list_namespaced_event(
-            self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=QueueConsumer").items
-
-    def topics(self, *names: str, partitions: int = 1) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for fut in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-            fut.result(timeout=30)
-
-    @contextmanager
-    def consumer(self, name: str, source: str, handler: str, policy: dict[str, Any],
-                 max_batch: int | None = None, **spec: Any) -> Iterator[None]:
-        """A PoisonPolicy and a QueueConsumer applied with kubectl; deleted on the way out,
-        and waited for until none of its pods is left."""
-        manifests = [
-            {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
-             "metadata": {"name": name, "namespace": self.ns}, "spec": policy},
-            {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
-             "metadata": {"name": name, "namespace": self.ns},
-             "spec": {"policyRef": {"name": name}, "handler": handler,
-                      "source": {"kafka": {"bootstrapServers": self.bootstrap, "topic": source,
-                                           **({"maxMessagesPerBatch": max_batch} if max_batch else {})}},
-                      # The driver pod's /tmp: a new driver pod starts without it.
-                      "checkpoint": {"location": "/tmp/checkpoint"},
-                      "spark": {**SPARK, "image": self.image}, **spec}},
-        ]
-        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
-        try:
-            yield
-        finally:
-            self.kubectl("delete", "qc,ppol", name, "-n", self.ns, "--wait", "--timeout=300s")
-            wait(f"{name}'s pods gone", lambda: not self.core.list_namespaced_pod(
-                self.ns, label_selector=f"antidote.dev/consumer={name}").items, 300)
-
-    def no_pod_security_refusals(self) -> None:
-        """Every pod Antidote asked for was admitted under `restricted` (a refused executor or
-        Job pod shows only as a Warning Event of its creator)."""
-        refused = [f"{e.involved_object.kind}/{e.involved_object.name}: {e.message}"
-                   for e in self.core.list_namespaced_event(self.ns).items
-                   if "PodSecurity" in (e.message or "") or "violates" in (e.message or "")]
-        assert not refused, refused
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    state_dir = cache_dir() / "test-images-stack"
-    s = devstack.up(state_dir, node=True)
-    api = config.new_client_from_config(config_file=s.kubeconfig)
-    env = {**os.environ, **s.env()}
-    try:
-        operator, operator_archive = project_images.operator_image()
-        image, image_archive = handlers_image()
-        node.load_image(Path(s.dir), operator, operator_archive)
-        node.load_image(Path(s.dir), image, image_archive)
-        core = client.CoreV1Api(api)
-        system = restricted_namespace(core, "antidote-system")
-        ns = restricted_namespace(core, "shop")
-        # The values kind-up.sh uses; the images carry the chart's appVersion as their tag.
-        assert operator == f"{yaml.safe_load(VALUES.read_text())['image']['repository']}:" \
-                           f"{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
-        _run(env, "helm", "install", RELEASE, str(CHART), "-n", system, "-f", str(VALUES),
-             "--wait", "--timeout", "180s")
-        yield Cluster(s, api, env, system, ns, image)
-    finally:
-        api.close()
-        devstack.down(state_dir)
+    with started() as c:
+        yield c
 
 
 def test_driver_and_executors_run_as_restricted_pods_then_a_reader_job(cluster: Cluster) -> None:
@@ -333,6 +190,87 @@ def test_systemic_outage_disables_the_queue_then_resume_processes_the_backlog(cl
         outputs = wait("the backlog processed",
                        lambda: (r := read_all(c.bootstrap, sink)) and len(r) >= 20 and r, 300)
         assert sorted(r.value for r in outputs) == sorted(b"ORDER-%d" % i for i in range(20))
+        assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
+        c.no_pod_security_refusals()
+
+
+def _executors(c: Cluster, name: str) -> dict:
+    return c.qc(name).get("status", {}).get("executors") or {}
+
+
+def _scale_events(c: Cluster) -> list[str]:
+    """Every Event of the consumer, in order, for a failure's message."""
+    return [f"{e.last_timestamp or e.event_time} {e.reason} x{e.count}: {e.message}"
+            for e in sorted(c.events("scale"), key=lambda e: str(e.last_timestamp or e.event_time))]
+
+
+def _scaled(c: Cluster, driver: client.V1Pod, reason: str, before: int, after: int) -> client.V1Pod:
+    """The count written to status, one `reason` Event (posted after the status), then a new
+    driver pod whose executor pods number `after`; returns that driver pod."""
+    st = wait(f"the count {after} in status", lambda: (e := _executors(c, "scale")).get("current") == after
+              and e, 120)
+    assert st["lastScaleTime"] and st["reason"] in (reason, "Steady", "LagBlocked"), st
+    events = wait(f"the {reason} Event", lambda: [e for e in c.events("scale") if e.reason == reason], 30)
+    assert len(events) == 1, _scale_events(c)
+    direction = "up" if after > before else "down"
+    assert f"Scaled {direction} from {before} to {after}" in events[0].message, events[0].message
+    wait(f"a new driver pod with {after} executor pod(s)", lambda: (d := c.running("scale", "driver", 1))
+         and d[0].metadata.name != driver.metadata.name and len(c.executor_pods("scale")) == after, 300)
+    (new,) = c.running("scale", "driver", 1)
+    return new
+
+
+def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_down(cluster: Cluster) -> None:
+    """`spec.spark.autoscale` on the node: the operator pod reads the driver pod's partition
+    lag (its /metrics at the headless Service), decides, and the driver pod restarts with
+    the new `spark.executor.instances`, for which Spark creates executor pods.
+    1. A poison message hangs the handler at the head of partition 0 while a backlog
+       arrives on both partitions: no batch ends, so the lag is blocked (the keda#3904
+       situation): the count stays 1 (`LagBlocked`) and so does the executor pod count;
+    2. its attempt time limit ends the hang (it goes to a retry cycle), the partitions move,
+       and the backlog scales the consumer up to 2: Spark's executor pods reach 2;
+    3. with the backlog worked off, after the scale-down cool-down, back to 1 executor pod."""
+    c = cluster
+    source = f"scale-{uuid.uuid4().hex[:6]}"
+    sink = f"{source}-out"
+    c.topics(source, sink, partitions=2)
+    backlog = 1500  # per partition; at 10 ms a message, tens of seconds of work
+    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1h", "attemptTimeout": "40s"}}
+    autoscale = {"min": 1, "max": 2, "targetLagPerExecutor": 200,
+                 "scaleUpCooldown": "0s", "scaleDownCooldown": "30s"}
+    produce(c.bootstrap, source, [(b"w0", b"warm-up", None)], partition=0)
+    produce(c.bootstrap, source, [(b"w1", b"warm-up", None)], partition=1)
+    with c.consumer("scale", source, "antidote_test_handlers:slow_or_hang", policy,
+                    sink={"kafka": {"topic": sink}}, max_batch=200,
+                    spark={"executor": {"instances": 1, "memory": "512m"}, "autoscale": autoscale}):
+        wait("the warm-up processed", lambda: c.counts("scale").get("processed") == 2, 300)
+        st = wait("status.executors from the first reading",
+                  lambda: (e := _executors(c, "scale")).get("reason") == "Steady" and e, 60)
+        assert (st["current"], st["desired"]) == (1, 1), st
+        (driver,) = c.running("scale", "driver", 1)
+        assert len(wait("1 executor pod", lambda: c.executor_pods("scale"), 60)) == 1
+
+        # 1. The hang at the head of partition 0, then the backlog on both partitions.
+        produce(c.bootstrap, source, [(b"h", b"hang", None)], partition=0)
+        for p in (0, 1):
+            produce(c.bootstrap, source, [(b"p%d-%d" % (p, i), b"m%d" % i, None) for i in range(backlog)],
+                    partition=p)
+        blocked = wait("the operator to see the lag, all of it blocked",
+                       lambda: (e := _executors(c, "scale")).get("reason") == "LagBlocked"
+                       and all(f"{p} (" in e["message"] for p in (0, 1)) and e, 60)
+        # 3,000 records at 200 per executor would ask for the maximum, 2.
+        assert (blocked["current"], blocked["desired"]) == (1, 1), blocked
+        assert "ScaledUp" not in {e.reason for e in c.events("scale")}
+        assert len(c.executor_pods("scale")) == 1
+        assert c.running("scale", "driver", 1)[0].metadata.name == driver.metadata.name
+
+        # 2. The time limit ends the hang; the same backlog, now moving, scales up.
+        driver = _scaled(c, driver, "ScaledUp", 1, 2)
+
+        # 3. The backlog worked off (the hanging message waits in its retry cycle), then down.
+        wait("the backlog processed", lambda: c.counts("scale").get("processed") == 2 + 2 * backlog, 300)
+        _scaled(c, driver, "ScaledDown", 2, 1)
+        assert c.counts("scale").get("retried") == 1
         assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
         c.no_pod_security_refusals()
 

@@ -76,7 +76,7 @@ def test_schema_keys_match_values() -> None:
 
 def test_kind_and_the_node_install_the_chart_with_one_values_file() -> None:
     """hack/local-images.values.yaml is the only configuration of both local installs
-    (hack/kind-up.sh and tests/integration/test_node_consumers.py), and it names the images
+    (hack/kind-up.sh and tests/integration/node_cluster.py), and it names the images
     `antidote dev build --images` builds, at the chart's appVersion."""
     from antidote_devstack import project_images
 
@@ -89,5 +89,5 @@ def test_kind_and_the_node_install_the_chart_with_one_values_file() -> None:
     assert "-f hack/local-images.values.yaml" in kind_up and "--set" not in kind_up
     assert '-t "localhost/antidote/operator:$tag"' in kind_up
     assert '-t "localhost/antidote/consumer:$tag"' in kind_up
-    node_test = (ROOT / "tests/integration/test_node_consumers.py").read_text()
+    node_test = (ROOT / "tests/integration/node_cluster.py").read_text()
     assert 'VALUES = ROOT / "hack/local-images.values.yaml"' in node_test

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from antidote_operator import autoscaler
 from antidote_operator.builders import driver as builders
 from antidote_operator.state import ConsumerState
-from antidote_operator.observations import LastPoisonSample, Sample
+from antidote_operator.observations import DeploymentView, LastPoisonSample, Sample
 from antidote_operator.status import Inputs, decide, status_patch
 
 T0 = datetime(2026, 11, 23, 22, 0, tzinfo=timezone.utc)
@@ -55,12 +55,17 @@ def test_a_backlog_that_moves_scales_up_once_with_an_event_and_the_new_count_in_
     assert instances(up) == "3" and up.settings.spark.executor.instances == 3
     assert [(e.type, e.reason) for e in up.events] == [("Normal", "ScaledUp")]
     assert "from 1 to 3" in up.events[0].message and "1350 record(s) of lag" in up.events[0].message
-    # Decided again on the stored status: Steady at 3, no second Event; then no status write.
+    # Decided again on the stored status while the driver restarts: kept at 3, no second
+    # Event; once the new driver moves the partitions, Steady; then no status write.
     again = run(st, T0 + timedelta(seconds=5), up.status)
-    assert again.events == [] and again.status["executors"]["reason"] == "Steady"
+    assert again.events == [] and again.status["executors"]["reason"] == "LagBlocked"
+    assert again.status["executors"]["current"] == 3
     st.sample = sample(T0 + timedelta(seconds=6), (0, 110, 400), (1, 120, 400), (2, 105, 400))
     third = run(st, T0 + timedelta(seconds=6), again.status)
-    assert third.events == [] and status_patch(again.status, third.status) == {}
+    assert third.events == [] and third.status["executors"]["reason"] == "Steady"
+    st.sample = sample(T0 + timedelta(seconds=8), (0, 160, 350), (1, 170, 350), (2, 155, 350))
+    fourth = run(st, T0 + timedelta(seconds=8), third.status)
+    assert fourth.events == [] and status_patch(third.status, fourth.status) == {}
 
 
 def test_a_cool_down_holds_the_change_and_asks_to_decide_again_when_it_ends() -> None:
@@ -135,3 +140,48 @@ def test_a_partition_that_stopped_moving_counts_as_stopped_when_its_cool_down_en
     # 2 minutes later, the partitions have not moved for longer than the stall window (60 s).
     d = run(st, T0 + timedelta(minutes=2), stored)
     assert d.status["executors"]["reason"] == "LagBlocked" and "(not moving)" in d.status["executors"]["message"]
+
+
+def test_the_restart_a_change_causes_is_not_a_stall_that_scales_back() -> None:
+    """Found on the node: a scale-up restarts the driver pod, whose start-up (scheduling, the
+    JVM, executor pods, the first batch) outlasts the stall windows measured from the old
+    driver's batches (the old driver's last batch, on SIGTERM, moves them once more). One
+    partition's window ended first, the other one's lag alone asked for 1 executor, and the
+    down cool-down scaled the consumer straight back to 1. The count is kept while the
+    driver is not available and until the new driver moves the partitions."""
+    st = ConsumerState("shop", "orders")
+    spec = {**SPEC, "spark": {"autoscale": {**AUTOSCALE, "scaleUpCooldown": "0s",
+                                            "scaleDownCooldown": "10s"}}}
+    st.deployment = DeploymentView(replicas=1, available=1)
+    # The old driver: partition 0 moves every 2 s, partition 1 (fewer records per batch) at
+    # 2 s only; the backlog scales up to 2 (one per partition) at 4 s.
+    for at, p0, p1 in ((0, 10, 10), (2, 110, 60), (4, 210, 60)):
+        st.sample = sample(T0 + timedelta(seconds=at), (0, p0, 3000), (1, p1, 3000))
+        d = run(st, T0 + timedelta(seconds=at), spec=spec)
+    ex = d.status["executors"]
+    assert (ex["reason"], ex["current"]) == ("ScaledUp", 2), ex
+    stored = {"executors": ex}
+    # Nothing moved since the change: kept, however long.
+    st.sample = sample(T0 + timedelta(seconds=5), (0, 210, 3000), (1, 60, 3000))
+    d = run(st, T0 + timedelta(seconds=5), stored, spec=spec)
+    assert "0 (not seen moving since the driver restarted)" in d.status["executors"]["message"]
+    # The old driver's last batch moves both; then its pod is gone and the new one not ready.
+    st.sample = sample(T0 + timedelta(seconds=6), (0, 310, 2900), (1, 110, 2950))
+    run(st, T0 + timedelta(seconds=6), stored, spec=spec)
+    st.deployment = DeploymentView(replicas=1, available=0)
+    # 11 s on: partition 0's window (3 × 2 s, at least 10 s) has ended, partition 1's (3 × 4 s)
+    # has not, the down cool-down (10 s) is over: without the driver, every partition is kept.
+    d = run(st, T0 + timedelta(seconds=17), stored, spec=spec)
+    ex = d.status["executors"]
+    assert (ex["current"], ex["reason"]) == (2, "LagBlocked"), ex
+    # The new driver is ready at 40 s; its first batch has not ended at 52 s: still kept.
+    st.deployment, st.driver_ready_at = DeploymentView(replicas=1, available=1), T0 + timedelta(seconds=40)
+    d = run(st, T0 + timedelta(seconds=52), stored, spec=spec)
+    ex = d.status["executors"]
+    assert (ex["current"], ex["reason"]) == (2, "LagBlocked"), ex
+    assert "1 (not seen moving since the driver restarted)" in ex["message"], ex
+    # Its first batch moves both partitions: their lag counts again, and 2 it stays.
+    st.sample = sample(T0 + timedelta(seconds=55), (0, 1310, 1900), (1, 1110, 1950))
+    d = run(st, T0 + timedelta(seconds=55), stored, spec=spec)
+    ex = d.status["executors"]
+    assert (ex["current"], ex["reason"]) == (2, "Steady"), ex
