@@ -3,6 +3,8 @@ the record's own antidote.* headers, replaced on a second quarantine, giving way
 
 from __future__ import annotations
 
+import pytest
+
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import native_headers as n
 
@@ -21,35 +23,25 @@ def as_dict(hdrs):
     return {k: v for k, v in hdrs}
 
 
-def test_connect_headers_have_kafka_connects_names_and_the_same_facts() -> None:
-    out = as_dict(n.with_native(b"k", b"v", antidote_headers(), ["Connect"], "shop.orders:handle", None))
-    assert {k: v for k, v in out.items() if k.startswith("__connect.errors.")} == {
-        "__connect.errors.topic": b"orders",
-        "__connect.errors.partition": b"3",
-        "__connect.errors.offset": b"1234",
-        "__connect.errors.connector.name": b"shop/orders",
-        "__connect.errors.task.id": b"0",
-        "__connect.errors.stage": b"TASK_PUT",
-        "__connect.errors.class.name": b"shop.orders:handle",
-        "__connect.errors.exception.class.name": b"ValueError",
-        "__connect.errors.exception.message": b"bad amount",
-        "__connect.errors.exception.stacktrace": b"Traceback ...\nValueError: bad amount",
-    }
+CONNECT = {  # Kafka Connect's DLQ headers (errors.deadletterqueue.context.headers.enable)
+    "topic": b"orders", "partition": b"3", "offset": b"1234", "connector.name": b"shop/orders",
+    "task.id": b"0", "stage": b"TASK_PUT", "class.name": b"shop.orders:handle",
+    "exception.class.name": b"ValueError", "exception.message": b"bad amount",
+    "exception.stacktrace": b"Traceback ...\nValueError: bad amount"}
+SHARE_GROUP = {  # KIP-1191's share-group DLQ headers
+    "topic": b"orders", "partition": b"3", "offset": b"1234", "group": b"shop/orders",
+    "delivery.count": b"9", "message": b"max-attempts: ValueError: bad amount"}
+
+
+@pytest.mark.parametrize("flavour, prefix, expected, other", [
+    ("Connect", "__connect.errors.", CONNECT, "__dlq."),
+    ("ShareGroup", "__dlq.errors.", SHARE_GROUP, "__connect."),
+])
+def test_native_headers_have_their_systems_names_and_the_same_facts(flavour, prefix, expected, other) -> None:
+    out = as_dict(n.with_native(b"k", b"v", antidote_headers(), [flavour], "shop.orders:handle", None))
+    assert {k[len(prefix):]: v for k, v in out.items() if k.startswith(prefix)} == expected
     assert out["antidote.reason"] == b"max-attempts" and out["trace"] == b"t1"  # all kept
-    assert not any(k.startswith("__dlq.") for k in out)
-
-
-def test_share_group_headers_have_kip_1191s_names() -> None:
-    out = as_dict(n.with_native(b"k", b"v", antidote_headers(), ["ShareGroup"], "shop.orders:handle", None))
-    assert {k: v for k, v in out.items() if k.startswith("__dlq.errors.")} == {
-        "__dlq.errors.topic": b"orders",
-        "__dlq.errors.partition": b"3",
-        "__dlq.errors.offset": b"1234",
-        "__dlq.errors.group": b"shop/orders",
-        "__dlq.errors.delivery.count": b"9",
-        "__dlq.errors.message": b"max-attempts: ValueError: bad amount",
-    }
-    assert not any(k.startswith("__connect.") for k in out)
+    assert not any(k.startswith(other) for k in out)
 
 
 def test_validation_is_connects_converter_stage_and_has_no_stack() -> None:
