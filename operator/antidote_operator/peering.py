@@ -29,15 +29,15 @@ PEERING_GROUP = "/apis/kopf.dev/v1"
 
 # Kopf's peering CRDs (`antidote operator --print-peering-crds | kubectl apply -f -`); then
 # create a KopfPeering NAME in each watched namespace, or a ClusterKopfPeering NAME.
-PEERING_CRDS = """\
+_PEERING_CRD = """\
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: clusterkopfpeerings.kopf.dev
+  name: {plural}.kopf.dev
 spec:
-  scope: Cluster
+  scope: {scope}
   group: kopf.dev
-  names: {kind: ClusterKopfPeering, plural: clusterkopfpeerings, singular: clusterkopfpeering}
+  names: {{kind: {kind}, plural: {plural}, singular: {singular}}}
   versions:
   - name: v1
     served: true
@@ -46,26 +46,11 @@ spec:
       openAPIV3Schema:
         type: object
         properties:
-          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: kopfpeerings.kopf.dev
-spec:
-  scope: Namespaced
-  group: kopf.dev
-  names: {kind: KopfPeering, plural: kopfpeerings, singular: kopfpeering}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+          status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
 """
+PEERING_CRDS = "---\n".join(
+    _PEERING_CRD.format(scope=scope, kind=kind, plural=kind.lower() + "s", singular=kind.lower())
+    for scope, kind in (("Cluster", "ClusterKopfPeering"), ("Namespaced", "KopfPeering")))
 REFRESH_SECONDS = 5.0
 
 
