@@ -21,7 +21,7 @@ from ..builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_METRICS,
                           DEV_RUNNER_PID)
 from .local import (BACKOFF, FINAL_EXITS, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _now,
-                    _run_log_tail, jars_env, log, materialize_secrets, translate)
+                    _run_log_tail, jars_env, log, materialize_secrets, materialize_settings, translate)
 
 
 class _Runner(LocalRun):
@@ -95,13 +95,7 @@ class _Runner(LocalRun):
         k = self.owner.kube
         spec = self.body["spec"]["template"]["spec"]
         container = next(c for c in spec["containers"] if c["name"] == driver.CONTAINER)
-        cm_name = next(v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v)
-        cm = await k.get(kube.CONFIGMAP, self.ns, cm_name)
-        if cm is None or driver.SETTINGS_KEY not in (cm.get("data") or {}):
-            raise RuntimeError(f"ConfigMap {cm_name} with {driver.SETTINGS_KEY} not found")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        settings = self.dir / driver.SETTINGS_KEY
-        settings.write_text(cm["data"][driver.SETTINGS_KEY])
+        settings = await materialize_settings(k, self.ns, spec, self.dir)
         port = free_port()
         argv, extra_env = translate(container, settings_path=str(settings), metrics_port=port,
                                     master=self.owner.master)

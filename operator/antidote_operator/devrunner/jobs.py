@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import kube
-from ..builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_PID,
                           DEV_RUNNER_REPORT)
 from .local import (REPORT_LIMIT, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _finished,
-                    _now, jars_env, log, materialize_secrets, translate_job)
+                    _now, jars_env, log, materialize_secrets, materialize_settings, translate_job)
 
 
 class _JobRunner(LocalRun):
@@ -56,13 +55,7 @@ class _JobRunner(LocalRun):
         k = self.owner.kube
         spec = self.body["spec"]["template"]["spec"]
         container = spec["containers"][0]
-        cm_name = next(v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v)
-        cm = await k.get(kube.CONFIGMAP, self.ns, cm_name)
-        if cm is None or driver.SETTINGS_KEY not in (cm.get("data") or {}):
-            raise RuntimeError(f"ConfigMap {cm_name} with {driver.SETTINGS_KEY} not found")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        settings = self.dir / driver.SETTINGS_KEY
-        settings.write_text(cm["data"][driver.SETTINGS_KEY])
+        settings = await materialize_settings(k, self.ns, spec, self.dir)
         report = self.dir / "report.json"
         report.unlink(missing_ok=True)
         argv, extra_env = translate_job(container, settings_path=str(settings), report_path=str(report))

@@ -139,6 +139,20 @@ def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port:
     return out, env
 
 
+async def materialize_settings(k: kube.Kube, namespace: str, pod_spec: Mapping[str, Any],
+                               parent: Path) -> Path:
+    """The kubelet's part for the pod's settings ConfigMap volume: its settings file, read
+    through the API, written under `parent` (created); its path."""
+    cm_name = next(v["configMap"]["name"] for v in pod_spec.get("volumes", []) if "configMap" in v)
+    cm = await k.get(kube.CONFIGMAP, namespace, cm_name)
+    if cm is None or driver.SETTINGS_KEY not in (cm.get("data") or {}):
+        raise RuntimeError(f"ConfigMap {cm_name} with {driver.SETTINGS_KEY} not found")
+    parent.mkdir(parents=True, exist_ok=True)
+    settings = parent / driver.SETTINGS_KEY
+    settings.write_text(cm["data"][driver.SETTINGS_KEY])
+    return settings
+
+
 async def materialize_secrets(k: kube.Kube, namespace: str, pod_spec: Mapping[str, Any],
                               container: Mapping[str, Any], parent: Path) -> str:
     """The kubelet's part for the container's Secret volumes mounted under SECRETS_DIR: each
