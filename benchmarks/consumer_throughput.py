@@ -37,8 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from antidote_api.consumer import QueueConsumerSpec  # noqa: E402
 from antidote_api.policy import PoisonPolicySpec  # noqa: E402
 from antidote_api.semantics import resolve  # noqa: E402
-from antidote_devstack import stack as devstack  # noqa: E402
-from antidote_devstack.paths import cache_dir  # noqa: E402
+from benchmarks import bench_stack  # noqa: E402
 
 POLICY = {"retries": {"immediate": 2, "cycles": 1, "cycleDelay": "1s"}}
 PIPELINES = {"a": "(a) plain Spark, no handling", "b 0%": "(b) Antidote, 0% poison",
@@ -91,10 +90,11 @@ def plain_map(batches):
         yield pa.RecordBatch.from_pydict({"key": c["key"], "value": out}, schema=schema)
 
 
-def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path) -> float:
+def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path):
+    """Pipeline (a): the handler as a plain mapInArrow from the source topic to the sink, no
+    poison handling, with Spark's own Arrow defaults, not those an Antidote consumer sets."""
     from pyspark.sql import functions as F
 
-    # Plain Spark runs with Spark's defaults, not with what an Antidote consumer set.
     for key in ("spark.sql.execution.arrow.maxBytesPerBatch",
                 "spark.sql.execution.arrow.maxRecordsPerBatch"):
         spark.conf.unset(key)
@@ -103,11 +103,15 @@ def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir
           .option("maxOffsetsPerTrigger", str(batch)).load()
           .select("key", "value", "topic", "partition", "offset",
                   F.unix_millis("timestamp").alias("ts")))
+    return (df.mapInArrow(plain_map, "key binary, value binary").writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
+            .option("checkpointLocation", str(workdir / f"plain-{uuid.uuid4().hex}"))
+            .trigger(availableNow=True).start())
+
+
+def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path) -> float:
     started = time.perf_counter()
-    q = (df.mapInArrow(plain_map, "key binary, value binary").writeStream.format("kafka")
-         .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
-         .option("checkpointLocation", str(workdir / f"plain-{uuid.uuid4().hex}"))
-         .trigger(availableNow=True).start())
+    q = start_plain(spark, bootstrap, source, sink, batch, workdir)
     try:
         q.awaitTermination()
         assert q.exception() is None, q.exception()
@@ -173,10 +177,7 @@ def main() -> int:
                     help="rounds of every pipeline; medians and per-round ratios are reported")
     args = ap.parse_args()
 
-    reuse = os.environ.get("ANTIDOTE_STACK_DIR")
-    running = devstack.running(Path(reuse)) if reuse else None
-    own_dir = None if running else cache_dir() / "bench-stack"
-    st = running or devstack.up(own_dir)
+    st, own_dir = bench_stack.up()
     workdir = Path(tempfile.mkdtemp(prefix="antidote-bench-"))
     spark = None
     try:
@@ -230,8 +231,7 @@ def main() -> int:
     finally:
         if spark is not None:
             spark.stop()
-        if own_dir is not None:
-            devstack.down(own_dir)
+        bench_stack.down(own_dir)
 
     n = args.messages
     med = {k: statistics.median(v) for k, v in times.items()}

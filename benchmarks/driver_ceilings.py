@@ -161,13 +161,9 @@ def main() -> int:
 
     from confluent_kafka.admin import AdminClient
 
-    from antidote_devstack import stack as devstack
-    from antidote_devstack.paths import cache_dir
+    from benchmarks import bench_stack
 
-    reuse = os.environ.get("ANTIDOTE_STACK_DIR")
-    running = devstack.running(Path(reuse)) if reuse else None
-    own_dir = None if running else cache_dir() / "bench-stack"
-    st = running or devstack.up(own_dir)
+    st, own_dir = bench_stack.up()
     workdir = Path(tempfile.mkdtemp(prefix="antidote-ceil-"))
     spark = None
     load = [Path("/proc/loadavg").read_text().split()[0]]
@@ -193,8 +189,7 @@ def main() -> int:
     finally:
         if spark is not None:
             spark.stop()
-        if own_dir is not None:
-            devstack.down(own_dir)
+        bench_stack.down(own_dir)
 
     print(f"\ndriver ceilings ({args.partitions} partitions, Spark local[2]; 1-min load at start "
           f"and end: {' '.join(load)})\n")

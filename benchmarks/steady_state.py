@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import kafka_loop  # noqa: E402
-from benchmarks.consumer_throughput import (POLICY, log, make_topic, plain_map, produce,  # noqa: E402
-                                            settings)
+from benchmarks.consumer_throughput import (POLICY, log, make_topic, produce, settings,  # noqa: E402
+                                            start_plain)
 
 CORES = os.cpu_count() or 1
 PIPELINES = {
@@ -85,20 +85,7 @@ def window_of(progress: list[dict], warmup: int) -> tuple[int, float, float]:
 
 def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
               warmup: int) -> Run:
-    from pyspark.sql import functions as F
-
-    for key in ("spark.sql.execution.arrow.maxBytesPerBatch",
-                "spark.sql.execution.arrow.maxRecordsPerBatch"):
-        spark.conf.unset(key)  # plain Spark runs with Spark's defaults
-    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", source).option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", str(batch)).load()
-          .select("key", "value", "topic", "partition", "offset",
-                  F.unix_millis("timestamp").alias("ts")))
-    q = (df.mapInArrow(plain_map, "key binary, value binary").writeStream.format("kafka")
-         .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
-         .option("checkpointLocation", str(workdir / f"plain-{uuid.uuid4().hex}"))
-         .trigger(availableNow=True).start())
+    q = start_plain(spark, bootstrap, source, sink, batch, workdir)
     try:
         q.awaitTermination()
         assert q.exception() is None, q.exception()
@@ -184,13 +171,9 @@ def main() -> int:
     from confluent_kafka import Consumer as KafkaConsumer
     from confluent_kafka.admin import AdminClient
 
-    from antidote_devstack import stack as devstack
-    from antidote_devstack.paths import cache_dir
+    from benchmarks import bench_stack
 
-    reuse = os.environ.get("ANTIDOTE_STACK_DIR")
-    running = devstack.running(Path(reuse)) if reuse else None
-    own_dir = None if running else cache_dir() / "bench-stack"
-    st = running or devstack.up(own_dir)
+    st, own_dir = bench_stack.up()
     workdir = Path(tempfile.mkdtemp(prefix="antidote-steady-"))
     spark = None
     runs: dict[str, list[Run]] = {k: [] for k in chosen}
@@ -252,8 +235,7 @@ def main() -> int:
     finally:
         if spark is not None:
             spark.stop()
-        if own_dir is not None:
-            devstack.down(own_dir)
+        bench_stack.down(own_dir)
 
     report(runs, args, loads)
     return 0
