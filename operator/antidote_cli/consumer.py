@@ -35,11 +35,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def _settings(args: argparse.Namespace):
+    """The consumer's settings, or the exit code when it must not start (bad settings, a
+    handler that cannot be imported, a paused consumer)."""
     from antidote_consumer.settings import SettingsError, from_manifests, load_settings
 
     try:
@@ -70,7 +68,17 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"antidote consumer: spec.{problem}", file=sys.stderr)
         return 2
+    return settings
 
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    settings = _settings(args)
+    if isinstance(settings, int):
+        return settings
     from antidote_consumer.kafka.auth import KafkaAuthError, verified_source_config
     from antidote_consumer.driver.metrics import Metrics
     from antidote_consumer.driver.consumer import Consumer, install_signal_handlers
