@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(PEERING_CRDS, end="")
         return 0
-    from antidote_operator.builders.driver import RenderOptions
+    from antidote_operator.builders.common import RenderOptions
     from antidote_operator.main import run as run_operator
     from antidote_operator.context import Options
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kubernetes.client.rest import ApiException
 
 from . import kube
-from .builders.driver import RenderOptions
+from .builders.common import RenderOptions
 from .metrics import OperatorMetrics
 from .peering import PeeringGate, own_identity
 from .builders.reader_job import JobOptions

@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from antidote_api.types import GROUP, VERSION
 
-from .builders.driver import LABEL_CONSUMER
+from .builders.common import LABEL_CONSUMER
 from . import reader_control
 from .context import Context
 from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_consumer

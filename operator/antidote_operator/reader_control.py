@@ -21,7 +21,7 @@ from antidote_api.times import parse_time
 from . import kube
 from . import reader_jobs as rj
 from .builders import reader_job
-from .builders.driver import LABEL_CONSUMER
+from .builders.common import LABEL_CONSUMER
 from .status import Event
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from antidote_api.times import parse_time
 from antidote_api.wire import DRAIN_ANNOTATION
 
 from . import cron
-from .builders.driver import LABEL_CONSUMER
+from .builders.common import LABEL_CONSUMER
 from .builders.reader_job import (ACTION_ANNOTATION, CONTAINER, DEPTH_ANNOTATION, TRIGGER_LABEL,
                                   JobOptions)
 from .status import Event

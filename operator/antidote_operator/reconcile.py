@@ -26,7 +26,7 @@ from antidote_api.wire import DRAIN_ANNOTATION
 
 from . import autoscaler, kube, reader_control
 from .builders import driver
-from .builders.driver import LABEL_CONSUMER, RenderOptions
+from .builders.common import LABEL_CONSUMER, RenderOptions
 from .context import Context, brief
 from .devrunner.annotations import DEV_RUNNER_METRICS, dev_runner_termination
 from .observations import DeploymentView, Termination

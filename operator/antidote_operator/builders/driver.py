@@ -11,7 +11,6 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -21,76 +20,12 @@ from antidote_api.semantics import EffectiveSettings
 from antidote_api.names import child_names
 from antidote_api.wire import CONFIG_DIR, HEALTH_PATH, SETTINGS_KEY
 
-# Labels on every child; LABEL_CONSUMER is also how the operator finds Deployments and Pods.
-LABEL_CONSUMER = "antidote.dev/consumer"
-MANAGED_BY = "antidote-operator"
-SETTINGS_HASH = "antidote.dev/settings-hash"
-
-SPARK_DEFAULTS_KEY = "spark-defaults.conf"
-EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"
-SECRETS_DIR = "/etc/antidote/secrets"
-# The per-consumer secret of Spark's RPC authentication, mounted in the driver and executors.
-SPARK_AUTH_DIR = "/etc/antidote/spark-auth"
-SPARK_AUTH_KEY = "secret"
-CONTAINER = "driver"
-EXECUTOR_CONTAINER = "executor"
-# The root filesystem is read-only; these are the writable emptyDirs (the JVM's and Python's
-# temporary files, and Spark's local dir on the driver, which defaults to java.io.tmpdir).
-# Executors also get an emptyDir per spark.local.dir from Spark itself.
-TMP_DIR = "/tmp"
-# The API server as seen from a pod; the driver runs Spark in client mode against it.
-K8S_MASTER = "k8s://https://kubernetes.default.svc"
-
-
-@dataclass(frozen=True)
-class RenderOptions:
-    """Operator-wide choices that shape every consumer's children."""
-
-    # The chart passes its consumer.image; this default is the same image at this version.
-    image: str = "ghcr.io/antidote-dev/antidote-consumer:0.1.0"
-    image_pull_policy: str = "IfNotPresent"
-    metrics_port: int = 9090
-    driver_port: int = 7078
-    block_manager_port: int = 7079
-    # The driver finishes its batch on SIGTERM (the consumer waits up to 120 s for it).
-    termination_grace_seconds: int = 150
-    # The ClusterRole (shipped by the chart) bound to each driver's ServiceAccount in its
-    # namespace: the operator holds `bind` on it, not the permissions it grants.
-    driver_cluster_role: str = "antidote-spark-driver"
-    # The consumer image's non-root user (docker/consumer.Dockerfile), set explicitly so the
-    # kubelet can verify runAsNonRoot for images whose USER is a name.
-    run_as_user: int = 10001
-
-
-def antidote_container(name: str, settings: EffectiveSettings, opts: RenderOptions,
-                       args: list[str]) -> dict[str, Any]:
-    """A container running `antidote <args>` in the consumer's image (the driver, the reader)."""
-    return {"name": name, "image": settings.spark.image or opts.image,
-            "imagePullPolicy": opts.image_pull_policy, "command": ["antidote"], "args": args}
-
-
-def labels(consumer: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "antidote-consumer", "app.kubernetes.io/instance": consumer,
-            "app.kubernetes.io/component": "driver", "app.kubernetes.io/managed-by": MANAGED_BY,
-            LABEL_CONSUMER: consumer}
-
-
-def selector(consumer: str) -> dict[str, str]:
-    return {LABEL_CONSUMER: consumer}
-
-
-def driver_host(consumer: str, namespace: str) -> str:
-    """The headless Service's DNS name: executors reach the driver there."""
-    return f"{consumer}.{namespace}.svc"
-
-
-def metrics_url(consumer: str, namespace: str, opts: RenderOptions = RenderOptions()) -> str:
-    return f"http://{driver_host(consumer, namespace)}:{opts.metrics_port}/metrics"
-
-
-def _meta(name: str, consumer: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "labels": labels(consumer), **extra}
-
+# The shared layout (common.py), also reachable from here for the modules that import it so.
+from .common import (  # noqa: F401
+    LABEL_CONSUMER, SETTINGS_HASH, SPARK_DEFAULTS_KEY, EXECUTOR_TEMPLATE_KEY,
+    SECRETS_DIR, SPARK_AUTH_DIR, SPARK_AUTH_KEY, CONTAINER, EXECUTOR_CONTAINER, TMP_DIR,
+    K8S_MASTER, RenderOptions, antidote_container, labels, selector, driver_host,
+    metrics_url, _meta)
 
 # libyaml when present: the pure-Python dumper is most of a reconcile's CPU.
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

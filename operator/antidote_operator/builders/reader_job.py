@@ -15,8 +15,8 @@ from antidote_api.names import reader_service_account
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import CONFIG_DIR, SETTINGS_KEY
 
-from .driver import (LABEL_CONSUMER, MANAGED_BY, RenderOptions, antidote_container,
-                     container_memory_mib, quantity_mib, settings_volumes)
+from .common import LABEL_CONSUMER, MANAGED_BY, RenderOptions, antidote_container
+from .driver import container_memory_mib, quantity_mib, settings_volumes
 
 TRIGGER_LABEL = "antidote.dev/reader-trigger"
 ACTION_ANNOTATION = "antidote.dev/reader-action"
