@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.driver.metrics import Metrics
-from antidote_consumer.driver.consumer import OutageLog
+from antidote_consumer.driver.outage_log import OutageLog
 from antidote_consumer.kafka.topics import DAY_MS, misfits
 
 from .test_consumer_worker import run
