@@ -65,7 +65,7 @@ from tests.integration.kafka_io import read_all  # noqa: E402 - the tests' exact
 IMMEDIATE, CYCLES = 1, 2
 POLICY = {"retries": {"immediate": IMMEDIATE, "cycles": CYCLES, "cycleDelay": "2s"}}
 PARTITIONS = 3
-# `make chaos` runs them all; the last three are in chaos_operator.py.
+# `make chaos` runs them all; the last three are in chaos_operator.py and chaos_restarts.py.
 PARTS = ("consumer", "operator", "broker", "apiserver")
 
 
@@ -317,6 +317,7 @@ def run_other_parts(s: devstack.Stack, parts: list[str], args: argparse.Namespac
     """The operator's kills and the restarts of the broker and the API server
     (chaos_operator.py); prints their figures, True if all passed."""
     from benchmarks import chaos_operator as co
+    from benchmarks import chaos_restarts as cr
 
     ok = True
     if "operator" in parts:
@@ -329,10 +330,10 @@ def run_other_parts(s: devstack.Stack, parts: list[str], args: argparse.Namespac
         ok &= o.ok
     restarts = []
     if "broker" in parts:
-        restarts.append(co.run_broker_restart(s, messages=args.restart_messages, poison_rate=args.poison_rate,
+        restarts.append(cr.run_broker_restart(s, messages=args.restart_messages, poison_rate=args.poison_rate,
                                               seed=seed, folder=folder / "broker"))
     if "apiserver" in parts:
-        restarts.append(co.run_apiserver_restart(s, folder=folder / "apiserver"))
+        restarts.append(cr.run_apiserver_restart(s, folder=folder / "apiserver"))
     for r in restarts:
         for line in r.lines():
             print(line)

@@ -1,6 +1,6 @@
-"""Small versions of `make chaos`'s other parts (benchmarks/chaos_operator.py): SIGKILLs of
-the operator between actions, and the broker and the API server crashed and restarted under
-a running consumer and operator. The restarts use a stack of their own: the session's stack
+"""Small versions of `make chaos`'s other parts (benchmarks/chaos_operator.py and
+chaos_restarts.py): SIGKILLs of the operator between actions, and the broker and the API
+server crashed and restarted under a running consumer and operator. The restarts use a stack of their own: the session's stack
 is shared with the tests running beside them."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from antidote_devstack import stack as devstack
-from benchmarks.chaos_operator import run_apiserver_restart, run_broker_restart, run_operator_chaos
+from benchmarks.chaos_operator import run_operator_chaos
+from benchmarks.chaos_restarts import run_apiserver_restart, run_broker_restart
 
 pytestmark = pytest.mark.integration
 
