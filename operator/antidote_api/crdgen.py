@@ -231,16 +231,3 @@ def render(kind: Kind) -> str:
 def render_all() -> str:
     """Both CRDs as one multi-document stream (what `antidote crds` prints)."""
     return "---\n".join(render(k) for k in KINDS)
-
-
-def files() -> dict[str, str]:
-    """Every generated file by path relative to the repository root."""
-    from .docs import render_docs
-
-    out: dict[str, str] = {}
-    for kind in KINDS:
-        text = render(kind)
-        out[f"crds/{kind.filename}"] = text
-        out[f"charts/antidote/crds/{kind.filename}"] = text
-    out["docs/api.md"] = render_docs()
-    return out

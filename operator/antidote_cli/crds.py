@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from antidote_api import crdgen
+from antidote_api import crdgen, generated
 
 
 def _repo_root() -> Path:
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if not (root / "pyproject.toml").is_file():
         print(f"antidote crds: {root} is not an antidote checkout; pass --root", file=sys.stderr)
         return 1
-    for rel, text in crdgen.files().items():
+    for rel, text in generated.files().items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         old = path.read_text() if path.exists() else None

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
-from antidote_api import PoisonPolicySpec, QueueConsumerSpec, crdgen
+from antidote_api import PoisonPolicySpec, QueueConsumerSpec, crdgen, generated
 from antidote_cli.main import main
 
 from ..api_cases import ROOT, valid_consumer
 
 FIX = "regenerate with: .venv/bin/antidote crds --write"
-GENERATED = crdgen.files()
+GENERATED = generated.files()
 CRDS = {k.kind: crdgen.crd(k) for k in crdgen.KINDS}
 
 

@@ -1,0 +1,18 @@
+"""Every file generated from the models (`antidote crds --write`; a unit test fails on drift):
+the CRDs, the chart's copy of them, and docs/api.md."""
+
+from __future__ import annotations
+
+from .crdgen import KINDS, render
+from .docs import render_docs
+
+
+def files() -> dict[str, str]:
+    """Every generated file by path relative to the repository root."""
+    out: dict[str, str] = {}
+    for kind in KINDS:
+        text = render(kind)
+        out[f"crds/{kind.filename}"] = text
+        out[f"charts/antidote/crds/{kind.filename}"] = text
+    out["docs/api.md"] = render_docs()
+    return out
