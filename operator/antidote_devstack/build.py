@@ -7,7 +7,6 @@ one builds nothing.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StackError
+from .steps import _digest, _go_env, _require, _run_logged
 from .paths import HACK, cache_dir
 from .progress import say, step
 
@@ -100,40 +100,6 @@ NODE_PACKAGES = {
     "/usr/bin/mmdebstrap": "mmdebstrap",  # the Debian base image ...
     "/usr/bin/buildah": "buildah",  # ... committed (and later built on) with buildah
 }
-
-
-def _require(tool: str, step_name: str, hint: str) -> str:
-    path = shutil.which(tool)
-    if not path:
-        raise StackError(step_name, f"`{tool}` not found on PATH ({hint})")
-    return path
-
-
-def _digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.hexdigest()[:16]
-
-
-def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
-    return env
-
-
-def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path, step_name: str) -> None:
-    with open(log, "wb") as out:
-        rc = subprocess.call(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)
-    if rc != 0:
-        tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-        hint = ""
-        text = "\n".join(tail)
-        if "proxy.golang.org" in text or "dial tcp" in text or "Could not transfer" in text:
-            hint = " (is the package registry reachable?)"
-        raise StackError(step_name, f"exit {rc}{hint}; last lines of {log}:\n" + text)
 
 
 def go_binary_path(name: str) -> Path:

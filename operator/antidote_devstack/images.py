@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .build import _digest, _go_env, _require, _run_logged
+from .steps import _digest, _go_env, _require, _run_logged
 from .errors import StackError
 from .paths import HACK, cache_dir
 from .progress import step

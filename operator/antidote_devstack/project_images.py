@@ -27,7 +27,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from .build import _digest
+from .steps import _digest
 from .errors import StackError
 from .images import _run_logged_append, buildah, debian_base_image, image_build
 from .paths import HACK, cache_dir
