@@ -29,13 +29,13 @@ from typing import Any
 from antidote_consumer.examples import expenses
 
 from .balance import Balance, balance
+from .reads import GROUP, VERSION, ClusterReads
 from .narrate import Narrator
 
 NS = "antidote-demo"
 CONSUMER = "expenses"
 POLICY = "expense-reports"
 SOURCE = "expenses"
-GROUP, VERSION = "antidote.dev", "v1alpha1"
 FAILURE_WINDOW_S = 10
 
 
@@ -44,7 +44,7 @@ class DemoError(RuntimeError):
 
 
 @dataclass
-class Demo:
+class Demo(ClusterReads):
     workdir: Path
     narrator: Narrator
     keep: bool = False  # leave the stack running at the end
@@ -357,34 +357,6 @@ class Demo:
         if p.flush(60):
             raise DemoError(f"could not produce to {self.source}")
         self.produced += [r.key for r in batch]
-
-    def _qc(self) -> dict[str, Any]:
-        return self.objs.get_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", self.consumer)
-
-    def _counts(self, qc: dict[str, Any] | None = None) -> dict[str, int]:
-        return dict(((qc or self._qc()).get("status") or {}).get("counts") or {})
-
-    def _condition(self, type_: str, qc: dict[str, Any] | None = None) -> tuple[str, str] | None:
-        for c in ((qc or self._qc()).get("status") or {}).get("conditions") or []:
-            if c["type"] == type_:
-                return c["status"], c["reason"]
-        return None
-
-    def _replicas(self) -> int | None:
-        from kubernetes import client
-
-        try:
-            return client.AppsV1Api(self.api).read_namespaced_deployment(self.consumer, self.ns).spec.replicas
-        except client.ApiException:
-            return None
-
-    def _events(self) -> list[Any]:
-        evs = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={self.consumer}").items
-        return sorted(evs, key=lambda e: e.event_time or e.metadata.creation_timestamp)
-
-    def _reader_job(self) -> dict[str, Any] | None:
-        jobs = (self._qc().get("status") or {}).get("readerJobs") or []
-        return jobs[0] if jobs else None
 
     def _follow(self, done: Callable[[dict[str, int]], bool], what: str, timeout: float) -> None:
         self._wait(lambda: done(self._counts()), what, timeout, follow=True)
