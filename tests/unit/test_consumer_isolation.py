@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from antidote_consumer.driver.isolation import bisect
@@ -42,3 +44,28 @@ def test_a_transient_failure_is_not_blamed_on_an_innocent_message() -> None:
 def test_budget_is_enforced() -> None:
     with pytest.raises(RuntimeError, match="more than 3 re-executions"):
         bisect(range(1000), runner(set(range(1000))), budget=3)
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 1000, 10_000])
+def test_one_crasher_costs_at_most_ceil_log2_n_plus_2_wherever_it_is(n: int) -> None:
+    # The goal of issue 15: no position of the crasher costs more (the old bisection ran
+    # both halves when the left one failed, up to 2 * log2 n).
+    bound = math.ceil(math.log2(n)) + 2
+    for culprit in range(n) if n <= 1000 else range(0, n, 37):
+        iso = bisect(range(n), runner({culprit}), budget=100)
+        assert iso.culprits == [culprit]
+        assert sorted(k for r in iso.results for k in r) == [k for k in range(n) if k != culprit]
+        assert iso.executions <= bound, (culprit, iso.executions)
+
+
+def test_a_segment_that_succeeded_is_never_run_again() -> None:
+    seen: list[int] = []
+
+    def run(segment):
+        if {3, 777} & set(segment):
+            return None
+        seen.extend(segment)
+        return list(segment)
+
+    bisect(range(1000), run, budget=200)
+    assert sorted(seen) == [k for k in range(1000) if k not in (3, 777)]

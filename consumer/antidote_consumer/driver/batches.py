@@ -308,8 +308,10 @@ class Runtime(Settler):
         for topic, partition, offset in keys:
             ends[(topic, partition)] = max(offset, ends.get((topic, partition), -1))
         log.warning("isolating the failure in a batch of %d messages by bisection", len(keys))
+        stale = 0  # segments run twice because of a stale worker: counted, not hidden
 
         def run(segment, again: bool = True):
+            nonlocal stale
             try:
                 return self.execute(df.filter(segment_filter(segment)))
             except Exception as seg_err:  # noqa: BLE001
@@ -321,6 +323,7 @@ class Runtime(Settler):
                     # nothing about its messages (seen in CI: an innocent one quarantined).
                     log.info("segment of %d failed on a stale Python worker (%s): running it again",
                              len(segment), STALE_WORKER)
+                    stale += 1
                     return run(segment, again=False)
                 log.info("segment of %d failed: %s", len(segment), first_line(seg_err))
                 return None
@@ -331,7 +334,7 @@ class Runtime(Settler):
         except RuntimeError as budget_err:
             raise QueueDisabled("ConsecutiveBatchFailures", f"{budget_err}; last error: "
                                 f"{first_line(err)}") from err
-        self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions)
+        self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions + stale)
         merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
         merged.ends = ends
         if not iso.culprits:
@@ -346,7 +349,7 @@ class Runtime(Settler):
                      + self.ledger.state.consecutive_failures + attempts_before(raw, self.s.source.topic),
                      first_line(err)) for raw in raws]
         log.warning("isolated %d message(s) that fail the whole batch in %d re-executions: %s",
-                    len(isolated), iso.executions,
+                    len(isolated), iso.executions + stale,
                     ", ".join(f"{r.topic}/{r.partition}/{r.offset}" for r, _, _ in isolated))
         return merged, isolated
 

@@ -38,6 +38,7 @@ class Polled:
     key: bytes | None
     value: bytes | None
     headers: list
+    found: dict | None = None  # rules.read_fields(headers), parsed once (None: not yet)
 
 
 class Stopped(Exception):

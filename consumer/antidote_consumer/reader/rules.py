@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
@@ -41,10 +41,13 @@ class Filter:
     since_ms: int | None = None  # inclusive
     until_ms: int | None = None  # exclusive
 
-    def matches(self, headers: Iterable[tuple[str, bytes | None]], record_ts: int) -> bool:
+    def matches(self, headers: Iterable[tuple[str, bytes | None]], record_ts: int,
+                found: Mapping[str, str] | None = None) -> bool:
         """Whether a poison record is the filter's: by `antidote.error.class`,
-        `antidote.reason`, and its last failure time (the record's own time without one)."""
-        found = header_map(headers)
+        `antidote.reason`, and its last failure time (the record's own time without one).
+        `found`: the record's headers as `read_fields` parsed them already."""
+        if found is None:
+            found = header_map(headers, READ_FIELDS)
         if self.error_classes is not None and found.get(h.ERROR_CLASS) not in self.error_classes:
             return False
         if self.reasons is not None and found.get(h.REASON) not in self.reasons:
@@ -120,13 +123,26 @@ def plan(reader: Reader, options: ReaderOptions) -> Plan:
 
 # --- headers ------------------------------------------------------------------------------
 
-def header_map(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, str]:
-    """Antidote's headers as text, the last value of each name winning."""
-    out: dict[str, str] = {}
+# The headers a reader decides on (filter, loop guard, target partition). A poison record
+# carries a dozen of Antidote's, a stack among them: decoding all of them, once per question
+# asked, was the reader's largest cost (docs/performance.md, reader Redrive).
+READ_FIELDS = frozenset({h.ERROR_CLASS, h.REASON, h.LAST_FAILURE, h.REDRIVE_COUNT, h.ORIGINAL_PARTITION})
+
+
+def header_map(headers: Iterable[tuple[str, bytes | None]] | None,
+               names: frozenset[str] | None = None) -> dict[str, str]:
+    """Antidote's headers as text (only `names` when given), the last value of each name
+    winning."""
+    raw: dict[str, bytes] = {}
     for k, v in headers or ():
-        if k.startswith(h.PREFIX) and v is not None:
-            out[k] = v.decode("utf-8", "replace")
-    return out
+        if v is not None and (k in names if names is not None else k.startswith(h.PREFIX)):
+            raw[k] = v
+    return {k: v.decode("utf-8", "replace") for k, v in raw.items()}
+
+
+def read_fields(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, str]:
+    """What the reader decides on in a record's headers, parsed once per record."""
+    return header_map(headers, READ_FIELDS)
 
 
 def _int(text: str | None, default: int) -> int:
@@ -136,22 +152,29 @@ def _int(text: str | None, default: int) -> int:
         return default
 
 
-def redrive_count(headers: Iterable[tuple[str, bytes | None]] | None) -> int:
+def redrive_count(headers: Iterable[tuple[str, bytes | None]] | None,
+                  found: Mapping[str, str] | None = None) -> int:
     """How often this message was redriven already (0 when never, or unreadable)."""
-    return max(0, _int(header_map(headers).get(h.REDRIVE_COUNT), 0))
+    if found is None:
+        found = read_fields(headers)
+    return max(0, _int(found.get(h.REDRIVE_COUNT), 0))
 
 
-def redrive_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> h.Headers:
+def redrive_headers(headers: Iterable[tuple[str, bytes | None]] | None,
+                    count: int | None = None) -> h.Headers:
     """The headers of a redriven message: its own headers, byte-identical and in order,
-    Antidote's failure headers removed, and `antidote.redrive.count` incremented."""
-    n = redrive_count(headers)
-    own = [(k, v) for k, v in h.user_headers(headers) if k != h.REDRIVE_COUNT]
+    Antidote's failure headers removed, and `antidote.redrive.count` incremented (from
+    `count` when the caller has it)."""
+    n = redrive_count(headers) if count is None else count
+    own = [(k, v) for k, v in headers or () if not k.startswith(h.PREFIX)]
     return own + [(h.REDRIVE_COUNT, str(n + 1).encode())]
 
 
-def original_partition(headers: Iterable[tuple[str, bytes | None]] | None) -> int | None:
-    value = header_map(headers).get(h.ORIGINAL_PARTITION)
-    p = _int(value, -1)
+def original_partition(headers: Iterable[tuple[str, bytes | None]] | None,
+                       found: Mapping[str, str] | None = None) -> int | None:
+    if found is None:
+        found = read_fields(headers)
+    p = _int(found.get(h.ORIGINAL_PARTITION), -1)
     return p if p >= 0 else None
 
 

@@ -32,11 +32,16 @@ from antidote_consumer.kafka.transactions import RecordRefused, TransactionalWri
 
 from .actions import Actions, Failed, Polled, Stopped, resolved
 from .rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
-                    original_partition, plan, redrive_count, redrive_headers)
+                    original_partition, plan, read_fields, redrive_count, redrive_headers)
 
 log = logging.getLogger("antidote.reader")
 
-CHUNK = 500  # messages per transaction when no rate limit paces them
+# Messages per transaction when no rate limit paces them. Each transaction costs a flush,
+# the offsets and a commit (about 7 ms here): at 500 they were a quarter of a redrive's time
+# (docs/performance.md, reader Redrive). A chunk is also held in memory whole, hence the
+# byte bound: poison records can be as large as the topic allows.
+CHUNK = 2000
+CHUNK_BYTES = 32 * 1024 * 1024
 EOF_WAIT = 70.0  # longest wait for an open transaction in the read topic (its timeout is 60s)
 
 
@@ -222,6 +227,7 @@ class _Run(Actions):
         c = self.consumer
         c.assign([TopicPartition(self.topic, part, start)])
         chunk: list[Polled] = []
+        size = 0  # bytes of the chunk's keys and values
         lo = start  # the chunk covers offsets lo..(last read)
         deadline = None
         try:
@@ -246,14 +252,16 @@ class _Run(Actions):
                 if msg.offset() >= end:
                     self._settle(part, chunk, lo, end - 1)
                     return
-                chunk.append(Polled(msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
-                                    list(msg.headers() or [])))
+                hdrs = msg.headers() or []
+                key, value = msg.key(), msg.value()
+                chunk.append(Polled(msg.offset(), msg.timestamp()[1], key, value, hdrs, read_fields(hdrs)))
+                size += len(key or b"") + len(value or b"")
                 if msg.offset() + 1 >= end:
                     self._settle(part, chunk, lo, msg.offset())
                     return
-                if len(chunk) >= self._chunk_size():
+                if len(chunk) >= self._chunk_size() or size >= CHUNK_BYTES:
                     self._settle(part, chunk, lo, msg.offset())
-                    lo, chunk = msg.offset() + 1, []
+                    lo, chunk, size = msg.offset() + 1, [], 0
             self._settle(part, chunk, lo, chunk[-1].offset if chunk else lo - 1)
         finally:
             c.unassign()
@@ -281,7 +289,7 @@ class _Run(Actions):
         for m in chunk:
             if prog.is_done(m.offset):
                 continue  # handled by an earlier run
-            if not f.matches(m.headers, m.timestamp):
+            if not f.matches(m.headers, m.timestamp, m.found):
                 r.skippedByFilter += 1
                 keep.append(m.offset)
                 continue
@@ -311,7 +319,7 @@ class _Run(Actions):
         r = self.report
         for m in act:
             if self.p.action == "Redrive":
-                if redrive_count(m.headers) >= self.p.max_redrives:
+                if redrive_count(m.headers, m.found) >= self.p.max_redrives:
                     r.parked += 1
                 else:
                     r.redriven += 1
@@ -323,12 +331,13 @@ class _Run(Actions):
     def _target(self, m: Polled, part: int) -> tuple[str, int | None, list, str]:
         """Where a redriven message goes: (topic, partition, headers, counter)."""
         source = self.s.topics.source
-        if redrive_count(m.headers) >= self.p.max_redrives:
+        n = redrive_count(m.headers, m.found)
+        if n >= self.p.max_redrives:
             self._ensure(parking_topic(source), source)  # the loop guard
             return parking_topic(source), part % self.source_partitions, m.headers, "parked"
-        p = original_partition(m.headers)
+        p = original_partition(m.headers, m.found)
         return (source, p if p is not None and p < self.source_partitions else None,
-                redrive_headers(m.headers), "redriven")
+                redrive_headers(m.headers, n), "redriven")
 
     def _commit(self, progress: dict[int, Progress], **pending) -> None:
         self._transaction([], progress, **pending)
