@@ -56,6 +56,19 @@ def make_topic(admin: AdminClient, name: str, partitions: int) -> str:
     return name
 
 
+def put(p: Producer, i: int, **record) -> None:
+    """Record `i` of a fill: produced once librdkafka's queue has room, delivery reports
+    served every 20,000 records."""
+    while True:
+        try:
+            p.produce(**record)
+            break
+        except BufferError:
+            p.poll(0.05)
+    if i % 20000 == 0:
+        p.poll(0)
+
+
 def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int) -> int:
     rng = random.Random(seed)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
@@ -66,14 +79,7 @@ def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int) -
         if poison_rate and rng.random() < poison_rate:
             doc["poison"] = True
             poisoned += 1
-        while True:
-            try:
-                p.produce(topic, key=str(i).encode(), value=json.dumps(doc).encode())
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 20000 == 0:
-            p.poll(0)
+        put(p, i, topic=topic, key=str(i).encode(), value=json.dumps(doc).encode())
     assert p.flush(120) == 0
     return poisoned
 

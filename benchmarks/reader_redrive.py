@@ -34,33 +34,24 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from antidote_api.consumer import QueueConsumerSpec  # noqa: E402
 from antidote_api.policy import PoisonPolicySpec  # noqa: E402
 from antidote_api.semantics import resolve  # noqa: E402
 from antidote_consumer.kafka import headers as h  # noqa: E402
-from antidote_devstack import stack as devstack  # noqa: E402
-from antidote_devstack.paths import cache_dir  # noqa: E402
+from benchmarks import bench_stack  # noqa: E402
+from benchmarks.consumer_throughput import log, make_topic, put  # noqa: E402
 
-GOAL_RATE = 20_000  # msg/s, issue 15
+GOAL_RATE = 20_000  # msg/s, unthrottled (docs/performance.md)
 GOAL_ACCURACY = 0.05
-
-
-def log(text: str) -> None:
-    print(f"[bench] {text}", file=sys.stderr, flush=True)
-
-
-def make_topic(admin: AdminClient, name: str, partitions: int) -> str:
-    for fut in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        fut.result(60)
-    return name
 
 
 def fill_poison(bootstrap: str, source: str, topic: str, n: int, partitions: int) -> None:
@@ -77,14 +68,7 @@ def fill_poison(bootstrap: str, source: str, topic: str, n: int, partitions: int
             error_class="ValueError", error_message=f"order {i} cannot be priced", stack=stack,
             consumer="bench", policy="bench", disposition="Move")
         value = b'{"id":%d,"qty":3,"price":9.99,"poison":true}' % i
-        while True:
-            try:
-                p.produce(topic, key=b"%d" % i, value=value, headers=hdrs, partition=part)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 20000 == 0:
-            p.poll(0)
+        put(p, i, topic=topic, key=b"%d" % i, value=value, headers=hdrs, partition=part)
     assert p.flush(120) == 0
 
 
@@ -94,21 +78,32 @@ def count(bootstrap: str, topic: str) -> tuple[int, list[int]]:
                   "isolation.level": "read_committed", "enable.auto.commit": False,
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     try:
-        md = c.list_topics(topic, timeout=30).topics[topic]
-        c.assign([TopicPartition(topic, q, 0) for q in md.partitions])
-        left, n, stamps = set(md.partitions), 0, []
-        while left:
-            for msg in c.consume(10000, 0.1):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        left.discard(msg.partition())
-                        continue
-                    raise RuntimeError(msg.error())
-                n += 1
-                stamps.append(msg.timestamp()[1])
+        n, stamps = 0, []
+        for batch in to_the_end(c, topic, 10000):
+            n += len(batch)
+            stamps += [msg.timestamp()[1] for msg in batch]
         return n, stamps
     finally:
         c.close()
+
+
+def to_the_end(c: Consumer, topic: str, batch: int) -> Iterator[list]:
+    """Every partition of `topic` from its start to its end, `batch` records at a time."""
+    md = c.list_topics(topic, timeout=30).topics[topic]
+    c.assign([TopicPartition(topic, q, 0) for q in md.partitions])
+    left = set(md.partitions)
+    while left:
+        # A short timeout: with 5 s, librdkafka's batch consume waited ~50 ms per call
+        # here (8,900 msg/s instead of ~75,000 for the read alone).
+        out = []
+        for msg in c.consume(batch, 0.1):
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    left.discard(msg.partition())
+                    continue
+                raise RuntimeError(msg.error())
+            out.append(msg)
+        yield out
 
 
 def settings(bootstrap: str, source: str, workdir: Path, rate: int | None = None):
@@ -139,18 +134,8 @@ def run_copy(bootstrap: str, topic: str, target: str) -> float:
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     try:
-        md = c.list_topics(topic, timeout=30).topics[topic]
-        c.assign([TopicPartition(topic, q, 0) for q in md.partitions])
-        left = set(md.partitions)
-        while left:
-            # A short timeout: with 5 s, librdkafka's batch consume waited ~50 ms per call
-            # here (8,900 msg/s instead of ~75,000 for the read alone).
-            for msg in c.consume(1000, 0.1):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        left.discard(msg.partition())
-                        continue
-                    raise RuntimeError(msg.error())
+        for batch in to_the_end(c, topic, 1000):
+            for msg in batch:
                 while True:
                     try:
                         p.produce(target, msg.value(), msg.key(), headers=msg.headers())
@@ -183,10 +168,7 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    reuse = os.environ.get("ANTIDOTE_STACK_DIR")
-    running = devstack.running(Path(reuse)) if reuse else None
-    own_dir = None if running else cache_dir() / "bench-stack"
-    st = running or devstack.up(own_dir)
+    st, own_dir = bench_stack.up()
     workdir = Path(tempfile.mkdtemp(prefix="antidote-bench-"))
     load = [os.getloadavg()[0]]
     n, parts = args.messages, args.partitions
@@ -251,8 +233,7 @@ def main() -> int:
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(18)
             profile_text = f"profiled run: {n:,} in {t:.2f}s = {n / t:,.0f} msg/s\n{out.getvalue()}"
     finally:
-        if own_dir is not None:
-            devstack.down(own_dir)
+        bench_stack.down(own_dir)
 
     rate = {k: [n / t for t in v] for k, v in times.items()}
     med = {k: statistics.median(v) for k, v in rate.items()}

@@ -18,7 +18,7 @@ from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.chosen import systemic_signal
-from antidote_consumer.worker.executor import INPUT_COLUMNS, RESULT_SCHEMA, WorkerConfig, process
+from antidote_consumer.worker.executor import RESULT_SCHEMA, WorkerConfig, process
 from antidote_consumer.worker.local import MAX_ROWS as MAX_LOCAL_ROWS
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count

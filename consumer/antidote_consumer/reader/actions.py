@@ -5,7 +5,6 @@ them. A mixin so the run reads as read -> settle -> commit, with each action's d
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 from antidote_consumer.kafka import headers as h

@@ -3,7 +3,6 @@ reader Jobs (whose flags `antidote_api.drain.DrainRequest.args` writes): one par
 
 from __future__ import annotations
 
-import time
 
 from antidote_api.times import parse_iso
 from antidote_api.wire import POISON_REASONS, READER_ACTIONS, READER_SOURCES

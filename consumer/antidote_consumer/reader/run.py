@@ -31,8 +31,8 @@ from antidote_consumer.kafka.topics import max_message_bytes, partitions_of, wai
 from antidote_consumer.kafka.transactions import RecordRefused, TransactionalWriter
 
 from .actions import Actions, Failed, Polled, Stopped, resolved
-from .rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
-                    original_partition, plan, read_fields, redrive_count, redrive_headers)
+from .rules import (Plan, Progress, RateLimiter, ReaderOptions, ReaderReport, original_partition,
+                    plan, read_fields, redrive_count, redrive_headers)
 
 log = logging.getLogger("antidote.reader")
 
