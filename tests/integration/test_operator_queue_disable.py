@@ -36,6 +36,8 @@ def pid_alive(pid: int) -> bool:
 
 def test_queue_disable_by_a_real_consumer_then_fix_and_resume(
         k: Cluster, stack, kubeconfig: str, kafka_bootstrap: str, topic_factory, tmp_path, calls_dir) -> None:
+    # Long on purpose: one story on one real consumer (disable, fix, resume), each step
+    # starting from the state the step before left; split up, each part would start Spark again.
     source = topic_factory()
     # 18 good orders and 2 poison ones (the `upper` handler fails on those).
     values = [b"poison-%d" % i if i in (7, 13) else b"order-%d" % i for i in range(20)]

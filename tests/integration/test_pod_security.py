@@ -138,6 +138,8 @@ def test_a_spark_driver_with_only_the_driver_role_runs_restricted_authenticated_
     it creates an executor pod from the template (admitted by Pod Security, under the
     executors' ServiceAccount, the RPC secret mounted and not in the environment) and its
     conf ConfigMap, and at stop deletes both. No kubelet runs it; the API calls are real."""
+    # Long on purpose: one real Spark driver's life (start, executor pod, stop), each check
+    # on what the step before left behind.
     import json
     import subprocess
     import sys

@@ -136,6 +136,8 @@ def test_dev_cli_shows_prometheus_and_its_config_passes_promtool(prom) -> None:
 def test_alerts_promql_pause_and_the_dashboard_on_a_live_prometheus(
         prom, api_client: client.ApiClient, namespace: str, kubeconfig: str, kafka_bootstrap: str,
         topic_factory, tmp_path: Path, calls_dir: Path) -> None:
+    # Long on purpose: alerts, PromQL pause and dashboard queries read the series of one
+    # consumer in one live Prometheus; split up, each part would wait for its own scrapes.
     url = prom.prometheus_url
     install_crds(api_client)
     k = Cluster(api_client, namespace)

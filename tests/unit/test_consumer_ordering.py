@@ -141,6 +141,8 @@ def simulate(seed: int, *, keys: int = 6, messages: int = 120, cycles: int = 2, 
     whole or, with `crash_rate`, lost and run again from the committed chains. Returns the
     source, the processed offsets in processing order, the quarantined ones, and the chains.
     `ordered=False` runs every record as read (today's behaviour), for comparison."""
+    # Long on purpose: the model of the retry reader's batch loop in one piece, to be read
+    # against the rules it checks (docs/consumer.md, Key order).
     rnd = random.Random(seed)
     source = [Rec(rnd.choice([b"k%d" % i for i in range(keys)] + [None]), o) for o in range(messages)]
     # Per message: how many handler calls fail before one succeeds (99: poison).
