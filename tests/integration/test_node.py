@@ -40,6 +40,8 @@ def _service_ip(core: client.CoreV1Api, ns: str, name: str) -> str:
 
 
 def test_node_runs_restricted_pods_serves_services_reaches_kafka_and_leaves_nothing() -> None:
+    # Long on purpose: one node's life, up to the check that `down` left nothing behind; a
+    # node costs tens of seconds to start, so the checks share it in one story.
     state_dir = cache_dir() / "test-node-stack"
     started = time.monotonic()
     s = devstack.up(state_dir, node=True)
