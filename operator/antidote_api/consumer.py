@@ -12,6 +12,7 @@ from . import autoscale as autoscaling, spark_conf
 from .autoscale import Autoscale, ExecutorScale
 from .base import ApiModel, Rule
 from .conditions import Conditions
+from .wire import OPERATOR_MOUNT_ROOTS
 from .types import (API_VERSION, ApiVersionField, Bootstrap, Disposition, Handler, Int64, KindField,
                     Memory, Metadata, ObjectName, PoisonReason, StringMap, TopicName, seed)
 
@@ -115,7 +116,37 @@ class Checkpoint(ApiModel):
     location: str = Field(
         min_length=1, max_length=1024,
         description="Where Spark keeps offsets and Antidote its attempt counts, so both survive "
-                    "restarts: a shared filesystem URI (`s3a://`, `hdfs://`) or a mounted volume path.")
+                    "restarts: a shared filesystem URI (`s3a://`, `hdfs://`) or a directory on a claim in "
+                    "`volumes`.")
+
+
+# A mounted directory: absolute, no segment starting with "." (so no `..`), no trailing "/".
+MOUNT_PATH_PATTERN = r"^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$"
+_ROOTS_CEL = "[" + ", ".join(f"'{r}'" for r in OPERATOR_MOUNT_ROOTS) + "]"
+
+
+def _under_operator_mount(path: str) -> bool:
+    return any(path == r or path.startswith(r + "/") for r in OPERATOR_MOUNT_ROOTS)
+
+
+class ClaimVolume(ApiModel):
+    # 57: the pods name it `claim-<name>`, a DNS label of at most 63.
+    name: str = Field(min_length=1, max_length=57, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                      description="Name of the volume (lowercase letters, digits and `-`).")
+    claim_name: ObjectName = Field(
+        description="The PersistentVolumeClaim (same namespace) to mount. Created by you; "
+                    "the operator never creates, owns or deletes claims.")
+    mount_path: str = Field(
+        max_length=1024, pattern=MOUNT_PATH_PATTERN,
+        description="Absolute directory it is mounted at, e.g. `/var/lib/antidote`; not under "
+                    f"{', '.join(f'`{r}`' for r in OPERATOR_MOUNT_ROOTS)} (the operator's mounts).")
+    read_only: bool = Field(False, description="Mount it read-only.")
+
+    rules = (
+        Rule(f"!{_ROOTS_CEL}.exists(r, self.mountPath == r || self.mountPath.startsWith(r + '/'))",
+             "must not be at or under " + " or ".join(OPERATOR_MOUNT_ROOTS) + " (the operator's mounts)",
+             lambda v: not _under_operator_mount(v.mount_path), field="mountPath"),
+    )
 
 
 class QueueConsumerSpec(ApiModel):
@@ -145,6 +176,23 @@ class QueueConsumerSpec(ApiModel):
         description="With ordering Key, the most messages held behind one key. One more is moved "
                     "to the poison topic with reason `held-overflow` (whatever the disposition: "
                     "it is never dropped, and can be redriven); the partition's other keys go on.")
+    volumes: list[ClaimVolume] | None = Field(
+        None, max_length=16,
+        description="PersistentVolumeClaims mounted in the driver pod and in reader Job pods "
+                    "(not in executors, which run the handler): where `checkpoint.location` and a "
+                    "reader's `archive.path` can be a directory that outlives the pod. See docs/consumer.md, \"Volumes\".",
+        json_schema_extra=seed("spark-operator spec.volumes + driver.volumeMounts"))
+
+    rules = (
+        Rule("!has(self.volumes) || self.volumes.all(a, self.volumes.exists_one(b, b.name == a.name))",
+             "names must be unique",
+             lambda s: s.volumes is None or len({v.name for v in s.volumes}) == len(s.volumes),
+             field="volumes"),
+        Rule("!has(self.volumes) || self.volumes.all(a, self.volumes.exists_one(b, b.mountPath == a.mountPath))",
+             "mountPaths must be unique",
+             lambda s: s.volumes is None or len({v.mount_path for v in s.volumes}) == len(s.volumes),
+             field="volumes"),
+    )
 
 
 class Counts(ApiModel):

@@ -12,7 +12,7 @@ import jsonschema
 from pydantic import Field
 
 from .base import ApiModel
-from .consumer import Checkpoint, KafkaSink, KafkaSource, QueueConsumerSpec, Spark
+from .consumer import Checkpoint, ClaimVolume, KafkaSink, KafkaSource, QueueConsumerSpec, Spark
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
 from .types import Disposition, NativeHeaderSet
@@ -184,6 +184,11 @@ class EffectiveSettings(ApiModel):
     reader: Reader
     ordering: Literal["None", "Key"] = "None"  # QueueConsumer spec.ordering
     max_held_per_key: int = 1000
+    # None when unset, so the settings (and their hash) of consumers without volumes are
+    # what they were before the field existed: an operator upgrade restarts no driver.
+    volumes: list[ClaimVolume] | None = Field(
+        None, description="PersistentVolumeClaims mounted in the driver and reader pods "
+                          "(QueueConsumer spec.volumes).")
     native_headers: list[NativeHeaderSet] = Field(
         default_factory=list, description="Kafka-native error header sets also written on "
                                           "quarantined records (the policy's nativeHeaders).")
@@ -225,4 +230,5 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
         topics=topics(policy, consumer.source.kafka.topic),
         queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader,
         ordering=consumer.ordering, max_held_per_key=consumer.max_held_per_key,
+        volumes=consumer.volumes,
         native_headers=list(policy.native_headers))

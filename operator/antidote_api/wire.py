@@ -98,6 +98,10 @@ HEALTH_PATH = "/healthz"
 # this key, mounted at CONFIG_DIR in the driver and reader pods.
 SETTINGS_KEY = "settings.yaml"
 CONFIG_DIR = "/etc/antidote"
+# Where the operator mounts what it owns in the driver, executor and reader pods (settings,
+# Secrets, the RPC secret under CONFIG_DIR; the writable emptyDir at /tmp): a QueueConsumer's
+# own volumes (spec.volumes) may not be mounted at or under them, nor at "/".
+OPERATOR_MOUNT_ROOTS = (CONFIG_DIR, "/tmp")
 
 # Annotations on a QueueConsumer that people (and the on-call commands) write.
 RESUME_ANNOTATION = "antidote.dev/resume"  # re-enable a disabled queue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -211,3 +213,32 @@ def test_headless_service_exposes_driver_and_metrics() -> None:
 def test_driver_memory_gets_spark_overhead(memory: str, mib: int, quantity: str) -> None:
     assert builders.container_memory_mib(memory) == mib
     assert builders.quantity_mib(mib) == quantity
+
+
+def test_claims_are_mounted_in_the_driver_and_reader_pods_and_not_in_executors() -> None:
+    from antidote_operator.builders.reader_job import build_reader_job
+
+    s = settings(volumes=[{"name": "state", "claimName": "orders-state", "mountPath": "/var/lib/antidote"},
+                          {"name": "ref", "claimName": "shared-ref", "mountPath": "/ref", "readOnly": True}])
+    want_volumes = [{"name": "claim-state", "persistentVolumeClaim": {"claimName": "orders-state"}},
+                    {"name": "claim-ref", "persistentVolumeClaim": {"claimName": "shared-ref", "readOnly": True}}]
+    want_mounts = [{"name": "claim-state", "mountPath": "/var/lib/antidote"},
+                   {"name": "claim-ref", "mountPath": "/ref", "readOnly": True}]
+    kids = children(s)
+    pod = kids["Deployment"]["spec"]["template"]["spec"]
+    assert [v for v in pod["volumes"] if "persistentVolumeClaim" in v] == want_volumes
+    assert [m for m in pod["containers"][0]["volumeMounts"] if m["name"].startswith("claim-")] == want_mounts
+    # fsGroup: a claim the image's user does not own is still writable by it.
+    assert pod["securityContext"]["fsGroup"] == RenderOptions().run_as_user
+    job = build_reader_job(s, RenderOptions(), trigger="drain", name="orders-drain-1")["spec"]["template"]["spec"]
+    assert [v for v in job["volumes"] if "persistentVolumeClaim" in v] == want_volumes
+    assert [m for m in job["containers"][0]["volumeMounts"] if m["name"].startswith("claim-")] == want_mounts
+    assert job["securityContext"] == pod["securityContext"]
+    template = yaml.safe_load(kids["ConfigMap"]["data"]["executor-pod-template.yaml"])
+    assert "claim" not in json.dumps(template)
+
+
+def test_without_volumes_the_settings_are_as_before_the_field() -> None:
+    """An operator upgrade must not roll every driver: no `volumes` key when none are set."""
+    data = children(settings())["ConfigMap"]["data"]
+    assert "volumes" not in yaml.safe_load(data["settings.yaml"])

@@ -36,7 +36,11 @@ _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 def settings_document(settings: EffectiveSettings) -> str:
     # Full dump with nulls: EffectiveSettings has required-but-nullable fields (sink,
     # validation), so the exclude_none `wire()` form would not load back.
-    return yaml.dump(settings.model_dump(mode="json", by_alias=True), Dumper=_Dumper, sort_keys=False)
+    # Fields added later are left out while unset, so the document (and the settings hash
+    # that rolls the driver) of a consumer that does not use them stays what it was.
+    unset_new = {"volumes"} if settings.volumes is None else None
+    return yaml.dump(settings.model_dump(mode="json", by_alias=True, exclude=unset_new), Dumper=_Dumper,
+                     sort_keys=False)
 
 
 _SPARK_BYTES = {"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -267,7 +271,8 @@ def consumer_args(opts: RenderOptions) -> list[str]:
 def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Volumes and mounts of the settings ConfigMap (only settings.yaml when `only_settings`)
-    and of each secretRef, at the paths the consumer and the reader read them from."""
+    and of each secretRef, at the paths the consumer and the reader read them from, and the
+    consumer's own claims (spec.volumes), at the paths it names."""
     secrets = secret_names(settings)
     configmap: dict[str, Any] = {"name": child_names(settings.consumer).configmap}
     if only_settings:
@@ -277,6 +282,12 @@ def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
     mounts = [{"name": "settings", "mountPath": CONFIG_DIR, "readOnly": True}] + [
         {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{s}", "readOnly": True}
         for i, s in enumerate(secrets)]
+    # Prefixed, so a user's volume name never meets one of the operator's ("settings", "tmp").
+    for v in settings.volumes or []:
+        volumes.append({"name": f"claim-{v.name}", "persistentVolumeClaim": {
+            "claimName": v.claim_name, **({"readOnly": True} if v.read_only else {})}})
+        mounts.append({"name": f"claim-{v.name}", "mountPath": v.mount_path,
+                       **({"readOnly": True} if v.read_only else {})})
     return volumes, mounts
 
 

@@ -16,7 +16,7 @@ from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import CONFIG_DIR, SETTINGS_KEY
 
 from .common import LABEL_CONSUMER, MANAGED_BY, RenderOptions, antidote_container
-from .driver import container_memory_mib, quantity_mib, settings_volumes
+from .driver import container_memory_mib, pod_security_context, quantity_mib, settings_volumes
 
 TRIGGER_LABEL = "antidote.dev/reader-trigger"
 ACTION_ANNOTATION = "antidote.dev/reader-action"
@@ -94,8 +94,9 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
                     "serviceAccountName": reader_service_account(consumer),
                     "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
-                    "securityContext": {"runAsNonRoot": True,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    # The driver's (fsGroup among it): a claim in spec.volumes that the
+                    # driver can write, the reader can write too.
+                    "securityContext": pod_security_context(opts),
                     "containers": [container],
                     "volumes": volumes,
                 },
