@@ -5,8 +5,10 @@ install:
 	@bash hack/install.sh
 
 # The whole story on the embedded stack (starts it, stops it); exits 0 only if the ledger balances.
+# As root on its node (the operator, the Spark driver, its executors and the reader Job as
+# pods; the first run builds the node and the images); otherwise with the dev runner.
 demo: install
-	.venv/bin/antidote demo
+	.venv/bin/antidote demo $$([ "$$(id -u)" = 0 ] && echo --node)
 
 dev-up: install
 	.venv/bin/antidote dev up

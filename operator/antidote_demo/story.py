@@ -1,6 +1,8 @@
-"""The demo's story, step by step, against the real local stack:
+"""The demo's story, step by step, against the real local stack, on its node (the operator,
+drivers, executors and reader Job as pods: platform_node.py) or with the operator's dev
+runner (local processes: platform_dev.py):
 
-1. stack, CRDs, the operator with its dev runner; a PoisonPolicy and a QueueConsumer;
+1. stack, CRDs, the operator; a PoisonPolicy and a QueueConsumer;
 2. 300 expense reports: most approved, invalid ones quarantined at once (validation),
    reports for an unknown cost center retried, cycled and quarantined (max-attempts);
 3. the accounts service goes down: every report fails, the consumer disables its queue
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,8 +30,11 @@ from typing import Any
 from antidote_consumer.examples import expenses
 
 from .balance import Balance, balance
-from .reads import GROUP, VERSION, ClusterReads
+from .errors import DemoError
 from .narrate import Narrator
+from .platform_dev import DevPlatform
+from .platform_node import NodePlatform
+from .reads import GROUP, VERSION, ClusterReads
 
 NS = "antidote-demo"
 CONSUMER = "expenses"
@@ -39,23 +43,20 @@ SOURCE = "expenses"
 FAILURE_WINDOW_S = 10
 
 
-class DemoError(RuntimeError):
-    """A step did not happen in time; the message says which and where to look."""
-
-
 @dataclass
 class Demo(ClusterReads):
     workdir: Path
     narrator: Narrator
     keep: bool = False  # leave the stack running at the end
+    node: bool = False  # on the stack's node, as pods (else the dev runner's processes)
     stack_dir: Path | None = None
     produced: list[bytes] = field(default_factory=list)
     _started_stack: bool = False
-    _operator: subprocess.Popen | None = None
     suffix: str = ""  # on a stack that is not the demo's own, names get a run id
 
     def __post_init__(self) -> None:
         self._name(self.suffix)
+        self.platform = NodePlatform(self) if self.node else DevPlatform(self)
 
     def _name(self, suffix: str) -> None:
         self.ns, self.consumer, self.policy = NS + suffix, CONSUMER + suffix, POLICY + suffix
@@ -67,7 +68,7 @@ class Demo(ClusterReads):
         say = self.narrator
         try:
             self._stack()
-            self._operator_up()
+            self.platform.install()
             self._apply()
             self.phase_reports()
             self.phase_outage()
@@ -76,8 +77,8 @@ class Demo(ClusterReads):
             result = self._report()
         except DemoError as err:
             say.fail(str(err))
-            say.hint(f"operator log: {self.workdir / 'operator.log'}; consumer logs: "
-                     f"{self.workdir / 'dev-runner'}")
+            for line in self.platform.hints():
+                say.hint(line)
             return 1
         finally:
             self._teardown()
@@ -90,13 +91,19 @@ class Demo(ClusterReads):
         say = self.narrator
         reuse = os.environ.get("ANTIDOTE_STACK_DIR")
         st = devstack.running(Path(reuse)) if reuse else None
+        if st is not None and self.node and not st.node:
+            raise DemoError(f"the stack in {reuse} ($ANTIDOTE_STACK_DIR) has no node: start it with "
+                            f"`antidote dev up --node --dir {reuse}`, or unset ANTIDOTE_STACK_DIR")
         if st is None:
-            self.stack_dir = self.stack_dir or cache_dir() / "demo-stack"
-            say.step("Starting the local stack (Kubernetes API server, etcd, Kafka) "
-                     "— the first run builds them, later runs take seconds")
+            self.stack_dir = self.stack_dir or cache_dir() / ("demo-node-stack" if self.node else "demo-stack")
+            say.step("Starting the local stack (Kubernetes API server, etcd, Kafka"
+                     + (", a node: kubelet, containerd, CoreDNS" if self.node else "")
+                     + ") — the first run builds them, later runs take seconds")
             # With Prometheus when its binary is there (a second's start): the report ends
-            # with queries to paste. The demo runs without it.
-            st = devstack.up(self.stack_dir, prometheus=shutil.which("prometheus") is not None)
+            # with queries to paste. The demo runs without it. On the node the operator is a
+            # pod, whose /metrics the stack's Prometheus (file-based discovery) does not see.
+            st = devstack.up(self.stack_dir, node=self.node,
+                             prometheus=not self.node and shutil.which("prometheus") is not None)
             self._started_stack = True
         else:
             self.suffix = self.suffix or "-" + uuid.uuid4().hex[:4]
@@ -112,45 +119,27 @@ class Demo(ClusterReads):
         say.ok(f"API server {st.server}, Kafka {st.kafka_bootstrap}"
                + (f", Prometheus {st.prometheus_url}" if st.prometheus_url else ""))
 
-    def _operator_up(self) -> None:
+    def _namespace(self, name: str | None = None, exist_ok: bool = False) -> None:
+        """Labelled `restricted`: the API server's Pod Security admission judges every pod
+        in it (on the node; the dev runner's processes are not pods)."""
         from kubernetes import client
 
-        from antidote_api import crdgen
-
-        say = self.narrator
-        say.step("Installing the CRDs and starting the operator (dev runner: consumers run as "
-                 "local processes, since this API server has no kubelet)")
-        ext = client.ApiextensionsV1Api(self.api)
-        for kind in crdgen.KINDS:  # generated from the models: the same CRDs as crds/
-            try:
-                ext.create_custom_resource_definition(crdgen.crd(kind))
-            except client.ApiException as err:
-                if err.status != 409:
-                    raise
-        self._wait(lambda: self._served(), "the CRDs to be served", 60)
+        name = name or self.ns
         try:
-            self.core.create_namespace({"metadata": {"name": self.ns}})
+            self.core.create_namespace({"metadata": {"name": name, "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"}}})
         except client.ApiException as err:
             if err.status != 409:
                 raise
-            raise DemoError(f"namespace {self.ns} already exists on this stack (an earlier demo?): "
+            if exist_ok:
+                return
+            raise DemoError(f"namespace {name} already exists on this stack (an earlier demo?): "
                             f"run `antidote dev down` then the demo again")
-        self.flag = self.workdir / "accounts-down"
-        env = {**os.environ, **self.st.env(), "PYSPARK_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": "127.0.0.1", expenses.ACCOUNTS_DOWN_ENV: str(self.flag)}
-        antidote = str(Path(sys.executable).with_name("antidote"))
-        # The operator's /metrics only for the stack's Prometheus (its dev runner writes the
-        # scrape targets), on a free port.
-        from antidote_devstack.procs import free_port
-
-        port = free_port() if self.st.prometheus_url else 0
-        argv = [antidote, "operator", "--namespace", self.ns, "--metrics-port", str(port),
-                "--scrape-interval", "1", "--poison-event-interval", "10", "--dev-runner",
-                "--dev-runner-dir", str(self.workdir / "dev-runner"), "--dev-runner-master", "local[1]"]
-        log = (self.workdir / "operator.log").open("ab")
-        self._operator = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        say.ok(f"operator running (pid {self._operator.pid}), log {self.workdir / 'operator.log'}")
+        # The controller-manager creates the default ServiceAccount, which admission requires
+        # (without a controller-manager, as with the dev runner, none is needed).
+        if self.node:
+            self._wait(lambda: self.core.list_namespaced_service_account(
+                name, field_selector="metadata.name=default").items, f"namespace {name}'s ServiceAccount", 60)
 
     def _served(self) -> bool:
         from kubernetes import client
@@ -178,8 +167,7 @@ class Demo(ClusterReads):
             "disposition": "Move",
             "queueDisable": {"failureRatio": {"threshold": 0.5, "window": f"{FAILURE_WINDOW_S}s",
                                               "minMessages": 20}},
-            "reader": {"action": "Archive",
-                       "archive": {"path": str(self.workdir / "archive"), "format": "parquet"}},
+            "reader": {"action": "Archive", "archive": {"path": self.platform.archive, "format": "parquet"}},
         }
         qc = {
             "policyRef": {"name": self.policy},
@@ -187,7 +175,7 @@ class Demo(ClusterReads):
                                  "maxMessagesPerBatch": 200}},
             "handler": "antidote_consumer.examples.expenses:approve",
             "sink": {"kafka": {"topic": self.sink}},
-            "checkpoint": {"location": str(self.workdir / "checkpoint")},
+            **self.platform.spec(),
         }
         self.objs.create_namespaced_custom_object(GROUP, VERSION, self.ns, "poisonpolicies", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PoisonPolicy",
@@ -198,8 +186,9 @@ class Demo(ClusterReads):
         say.step(f"Applied PoisonPolicy {self.policy} (3 attempts x 2 passes, cycle delay 3s, JSON "
                  f"schema, disposition Move, pause when >50% fail) and QueueConsumer {self.consumer}")
         self._wait(lambda: (self._condition("Ready") or ("",))[0] == "True",
-                   "the consumer to be Ready (its Spark driver starting)", 240)
+                   "the consumer to be Ready (its Spark driver starting)", 420 if self.node else 240)
         say.ok("consumer Ready: Spark driver running, reading topic " + self.source)
+        self.platform.show_pods()
 
     # --- the story ----------------------------------------------------------------------
     def phase_reports(self) -> None:
@@ -222,9 +211,9 @@ class Demo(ClusterReads):
 
     def phase_outage(self) -> None:
         say = self.narrator
-        self.flag.touch()
+        self.platform.accounts(up=False)
         batch = expenses.reports(150, start=300, invalid_every=10**9, unknown_every=10**9)
-        say.step("The accounts service goes DOWN; producing 150 more reports")
+        say.step("The accounts service goes DOWN (connections refused); producing 150 more reports")
         self._produce(batch)
         self._wait(lambda: self._condition("QueueDisabled") == ("True", "SystemicFailure"),
                    "the queue to be disabled (SystemicFailure)", 180, follow=True)
@@ -235,11 +224,16 @@ class Demo(ClusterReads):
         c = self._counts()
         say.ok(f"nothing was quarantined for the outage: poisoned is still {c.get('poisoned', 0)}; "
                f"the 150 reports wait, unconsumed, in {self.source}")
+        if self.node:
+            self._wait(lambda: not self.core.list_namespaced_pod(
+                self.ns, label_selector=f"antidote.dev/consumer={self.consumer}").items,
+                "the driver and executor pods to be gone", 180)
+            self.platform.show_pods()
 
     def phase_resume(self) -> None:
         say = self.narrator
-        self.flag.unlink()
-        say.step("The accounts service is fixed; resuming the queue (what `antidote resume "
+        self.platform.accounts(up=True)
+        say.step("The accounts service is back; resuming the queue (what `antidote resume "
                  f"{self.consumer}` does: spec.paused=false + annotation antidote.dev/resume)")
         self.objs.patch_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", self.consumer, {
             "metadata": {"annotations": {"antidote.dev/resume": datetime.now(timezone.utc).isoformat()}},
@@ -267,6 +261,9 @@ class Demo(ClusterReads):
         self.reader_job = done
         say.ok(f"reader Job {done['name']} Succeeded: {done.get('messages', 0)} messages; "
                f"{done.get('message', '')}")
+        files = sorted(self.platform.archive_on_host.rglob("*.parquet"))
+        say.ok(f"archive: {len(files)} Parquet file(s) in {self.platform.archive_on_host}")
+        self.platform.show_pods()
 
     # --- the end --------------------------------------------------------------------------
     def _report(self) -> Balance:
@@ -299,9 +296,8 @@ class Demo(ClusterReads):
             "",
             "Where to look next:",
             f"  antidote inspect {self.consumer} -n {self.ns}      the quarantined reports and why",
-            f"  archive (Parquet)                        {self.workdir / 'archive'}",
-            f"  operator log                             {self.workdir / 'operator.log'}",
-            f"  consumer logs                            {self.workdir / 'dev-runner'}",
+            f"  archive (Parquet)                        {self.platform.archive_on_host}",
+            *self.platform.where_to_look(),
             "  docs/consumer.md, docs/operator.md, docs/alerts.md",
             *self._prometheus_hints(),
         ])
@@ -324,13 +320,7 @@ class Demo(ClusterReads):
 
     def _teardown(self) -> None:
         say = self.narrator
-        if self._operator is not None and self._operator.poll() is None:
-            self._operator.send_signal(signal.SIGTERM)
-            try:
-                self._operator.wait(60)
-            except subprocess.TimeoutExpired:
-                self._operator.kill()
-                self._operator.wait()
+        self.platform.stop()
         if self._started_stack and not self.keep:
             from antidote_devstack import stack as devstack
 
@@ -364,8 +354,7 @@ class Demo(ClusterReads):
     def _wait(self, fn: Callable[[], Any], what: str, timeout: float, follow: bool = False) -> Any:
         deadline = time.monotonic() + timeout
         while True:
-            if self._operator is not None and self._operator.poll() is not None:
-                raise DemoError(f"the operator exited ({self._operator.returncode}) while waiting for {what}")
+            self.platform.check(what)
             value = fn()
             if value:
                 self.narrator.clear()
@@ -382,8 +371,8 @@ class Demo(ClusterReads):
             time.sleep(0.5)
 
 
-def run_demo(keep: bool = False, workdir: Path | None = None) -> int:
+def run_demo(keep: bool = False, workdir: Path | None = None, node: bool = False) -> int:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="antidote-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    return Demo(workdir, Narrator(sys.stdout), keep=keep).run()
+    return Demo(workdir, Narrator(sys.stdout), keep=keep, node=node).run()
 

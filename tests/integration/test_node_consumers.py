@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -26,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from .kafka_io import produce, read_all
-from .node_cluster import EXECUTORS, MASTER, RELEASE, Cluster, _run, started
+from .node_cluster import EXECUTORS, MASTER, RELEASE, ROOT, Cluster, _run, started
 from .node_util import RESTRICTED, wait
 
 pytestmark = [
@@ -273,6 +274,36 @@ def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_do
         assert c.counts("scale").get("retried") == 1
         assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
         c.no_pod_security_refusals()
+
+
+def test_the_demo_on_the_node_runs_to_a_balanced_ledger(cluster: Cluster, tmp_path) -> None:
+    """`antidote demo --node` (what `make demo` runs as root) on this stack: the chart's
+    operator pod (the demo finds the release installed), the driver, its executors and the
+    reader Job as pods in a `restricted` namespace, the accounts service a Deployment it
+    scales to 0 for the outage, the archive on a PersistentVolumeClaim read from the host."""
+    c = cluster
+    env = {**c.env, "ANTIDOTE_STACK_DIR": str(c.stack.dir)}
+    proc = subprocess.run([str(ROOT / ".venv/bin/antidote"), "demo", "--node", "--workdir", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=1200)
+    out = proc.stdout
+    assert proc.returncode == 0, f"demo exited {proc.returncode}\n{out[-5000:]}\n{proc.stderr[-3000:]}"
+    assert "ledger: BALANCED" in out and "reports produced            450" in out
+    assert "Using the chart already installed: release antidote" in out
+    for reason in ("PoisonDetected", "QueueDisabled", "Resumed", "ReaderJobSucceeded"):
+        assert reason in out, f"no {reason} Event in the demo's report"
+    # The narration shows `kubectl get pods`: Spark's executor pods Running while the
+    # reports flow, the reader Job's pod Completed after the drain.
+    pods = [line.split()[:3] for line in out.splitlines() if line.strip().startswith("expenses-")]
+    assert any("-exec-" in p[0] and p[2] == "Running" for p in pods), pods
+    assert any("-reader-drain-" in p[0] and p[2] == "Completed" for p in pods), pods
+    # The reader Job's pod wrote the archive to the claim; the host reads it from the volume.
+    assert list((tmp_path / "volume" / "archive").rglob("*.parquet")), out[-3000:]
+    # Nothing of the demo is left on the stack it did not start.
+    assert not [n for n in c.core.list_namespace().items
+                if n.metadata.name.startswith("antidote-demo-") and n.status.phase == "Active"]
+    # The PersistentVolume goes once its claim has (pv-protection), with the namespace.
+    wait("the demo's PersistentVolume gone", lambda: not [
+        pv for pv in c.core.list_persistent_volume().items if pv.metadata.name.startswith("antidote-demo-")], 180)
 
 
 def test_helm_uninstall_leaves_nothing_but_the_crds(cluster: Cluster) -> None:

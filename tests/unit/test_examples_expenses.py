@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 
 import jsonschema
 import pytest
 
+from antidote_consumer.examples import accounts
 from antidote_consumer.examples import expenses as ex
 from antidote_consumer.worker.message import Message
 
@@ -15,7 +18,21 @@ def msg(value: bytes) -> Message:
     return Message(b"k", value, (), "expenses", 0, 0, 0)
 
 
-def test_every_fate_is_what_the_handler_and_schema_do() -> None:
+@pytest.fixture
+def service(monkeypatch) -> Iterator[accounts.ThreadingHTTPServer]:
+    """The accounts service on a loopback port, named to the handler as the demo does."""
+    server = accounts.serve("127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(ex.ACCOUNTS_URL_ENV, f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_fate_is_what_the_handler_and_schema_do(service) -> None:
     stream = ex.reports(300)
     fates = {r.fate for r in stream}
     assert fates == {"processed", "invalid", "unknown-cost-center"}
@@ -34,13 +51,12 @@ def test_every_fate_is_what_the_handler_and_schema_do() -> None:
             assert out["reportId"] == doc["reportId"] and out["decision"] in {"approved", "needs-review"}
 
 
-def test_the_accounts_service_outage_fails_every_report(tmp_path, monkeypatch) -> None:
-    flag = tmp_path / "down"
-    monkeypatch.setenv(ex.ACCOUNTS_DOWN_ENV, str(flag))
+def test_the_accounts_service_outage_fails_every_report(service) -> None:
     good = next(r for r in ex.reports(10) if r.fate == "processed")
     assert ex.approve(msg(good.value))
-    flag.touch()
-    with pytest.raises(ConnectionError):
+    service.shutdown()
+    service.server_close()  # the port now refuses connections, as a stopped service's does
+    with pytest.raises(ConnectionError, match="accounts service unavailable"):
         ex.approve(msg(good.value))
 
 

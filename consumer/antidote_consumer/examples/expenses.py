@@ -5,8 +5,9 @@
   handler (reason `validation`, no retries).
 - A report charged to a cost center that does not exist always fails (LookupError): it is
   retried, goes through a retry cycle, and is quarantined (reason `max-attempts`).
-- While the "accounts service" is down every report fails with ConnectionError: a
-  systemic failure, so the queue is disabled and nothing is quarantined.
+- While the accounts service (examples/accounts.py, asked for every report) is down every
+  report fails with ConnectionError: a systemic failure, so the queue is disabled and
+  nothing is quarantined.
 """
 
 from __future__ import annotations
@@ -14,24 +15,46 @@ from __future__ import annotations
 import json
 import os
 import random
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
+
+from . import accounts
 
 UNKNOWN_COST_CENTER = "CC-0000"
-# The demo creates this file to take the accounts service down, and removes it to fix it.
-ACCOUNTS_DOWN_ENV = "ANTIDOTE_DEMO_ACCOUNTS_DOWN_FILE"
+# Where the accounts service answers (examples/accounts.py). Default: the Service `accounts`
+# in the consumer's own namespace, as the demo runs it on the node; the dev runner's local
+# processes get a loopback URL in this variable.
+ACCOUNTS_URL_ENV = "ANTIDOTE_DEMO_ACCOUNTS_URL"
+DEFAULT_ACCOUNTS_URL = f"http://accounts:{accounts.PORT}"
 
-COST_CENTERS = ("CC-1001", "CC-1002", "CC-2001", "CC-3005")
+COST_CENTERS = accounts.COST_CENTERS
 CATEGORIES = ("travel", "meals", "lodging", "books", "software")
+# No proxy from the environment: the accounts service is on the cluster's own network.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def check_cost_center(cost_center: str) -> None:
+    """Asks the accounts service. LookupError if it does not know the cost center (the
+    message's own fault: retried, then quarantined); ConnectionError if the service cannot
+    be reached (everyone's fault: the failure ratio disables the queue)."""
+    base = os.environ.get(ACCOUNTS_URL_ENV) or DEFAULT_ACCOUNTS_URL
+    try:
+        with _OPENER.open(f"{base}/cost-centers/{urllib.parse.quote(cost_center)}", timeout=5) as r:
+            r.read()
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            raise LookupError(f"cost center {cost_center} does not exist") from None
+        raise ConnectionError(f"accounts service answered HTTP {err.code}") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise ConnectionError(f"accounts service unavailable ({reason})") from None
 
 
 def approve(msg) -> bytes:
-    flag = os.environ.get(ACCOUNTS_DOWN_ENV)
-    if flag and Path(flag).exists():
-        raise ConnectionError("accounts service unavailable (connection refused)")
     report = json.loads(msg.value)
-    if report["costCenter"] == UNKNOWN_COST_CENTER:
-        raise LookupError(f"cost center {report['costCenter']} does not exist")
+    check_cost_center(report["costCenter"])
     limit = 500.0 if report["category"] == "meals" else 5000.0
     decision = "approved" if report["amount"] <= limit else "needs-review"
     return json.dumps({"reportId": report["reportId"], "employeeId": report["employeeId"],
