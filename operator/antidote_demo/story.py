@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -233,11 +232,8 @@ class Demo(ClusterReads):
     def phase_resume(self) -> None:
         say = self.narrator
         self.platform.accounts(up=True)
-        say.step("The accounts service is back; resuming the queue (what `antidote resume "
-                 f"{self.consumer}` does: spec.paused=false + annotation antidote.dev/resume)")
-        self.objs.patch_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", self.consumer, {
-            "metadata": {"annotations": {"antidote.dev/resume": datetime.now(timezone.utc).isoformat()}},
-            "spec": {"paused": False}})
+        say.step("The accounts service is back; on call resumes the queue")
+        self._cli("resume", self.consumer, "-n", self.ns)
         self._wait(lambda: (self._condition("QueueDisabled") or ("",))[0] == "False",
                    "the queue to be re-enabled", 60)
         self._follow(lambda c: c.get("processed", 0) + c.get("poisoned", 0) >= 450,
@@ -247,11 +243,8 @@ class Demo(ClusterReads):
 
     def phase_drain(self) -> None:
         say = self.narrator
-        say.step("Draining the poison topic: annotation antidote.dev/drain starts a reader Job "
-                 "(policy reader.action Archive -> Parquet)")
-        request = uuid.uuid4().hex[:8]
-        self.objs.patch_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", self.consumer, {
-            "metadata": {"annotations": {"antidote.dev/drain": request}}})
+        say.step("Draining the poison topic: a reader Job with the policy's action (Archive -> Parquet)")
+        self._cli("drain", self.consumer, "-n", self.ns)
         job = self._wait(lambda: self._reader_job(), "the reader Job to be created", 60)
         say.ok(f"reader Job {job['name']} created")
         done = self._wait(lambda: (j := self._reader_job()) and j.get("phase") in ("Succeeded", "Failed") and j,
@@ -338,6 +331,17 @@ class Demo(ClusterReads):
             pass
 
     # --- helpers ------------------------------------------------------------------------
+    def _cli(self, *args: str) -> None:
+        """An on-call command, as a user types it (docs/cli.md), narrated with its output."""
+        antidote = str(Path(sys.executable).with_name("antidote"))
+        self.narrator.hint("$ antidote " + " ".join(args))
+        out = subprocess.run([antidote, *args], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "KUBECONFIG": self.st.kubeconfig})
+        for line in (out.stdout + out.stderr).strip().splitlines():
+            self.narrator.hint("  " + line)
+        if out.returncode != 0:
+            raise DemoError(f"`antidote {' '.join(args)}` exited {out.returncode}")
+
     def _produce(self, batch: list[expenses.Report]) -> None:
         from confluent_kafka import Producer
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -291,6 +292,10 @@ def test_the_demo_on_the_node_runs_to_a_balanced_ledger(cluster: Cluster, tmp_pa
     assert "Using the chart already installed: release antidote" in out
     for reason in ("PoisonDetected", "QueueDisabled", "Resumed", "ReaderJobSucceeded"):
         assert reason in out, f"no {reason} Event in the demo's report"
+    # Step 3 of the real path: the outage disabled the queue (a Warning), the Deployment went
+    # to 0 and its pods away (the demo waits for both), `antidote resume` brought them back.
+    assert re.search(r"^\s+Warning\s+QueueDisabled\s", out, re.M), out[-3000:]
+    assert "$ antidote resume expenses-" in out and "$ antidote drain expenses-" in out
     # The narration shows `kubectl get pods`: Spark's executor pods Running while the
     # reports flow, the reader Job's pod Completed after the drain.
     pods = [line.split()[:3] for line in out.splitlines() if line.strip().startswith("expenses-")]
