@@ -18,7 +18,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--node", action="store_true",
                    help="run on the stack's node: the chart's operator, the Spark driver, its "
                         "executors and the reader Job as pods (root; builds the images on first run)")
-    p.add_argument("--keep", action="store_true", help="leave the stack it started running")
+    p.add_argument("--keep", action="store_true",
+                   help="leave the stack it started running (on a running stack: its namespace)")
     p.add_argument("--workdir", type=Path, help="where logs, checkpoint and archive go "
                                                 "(default: a new temp dir)")
     p.set_defaults(run=run)

@@ -1,5 +1,6 @@
 """Where the demo's story runs without a node: the operator as a local process with its dev
-runner (consumers and reader Jobs as local processes), the accounts service on loopback.
+runner (consumers and reader Jobs as local processes), the accounts service a process on
+loopback.
 No root and no image build: an edit to the checkout is in the next run (docs/operator.md,
 "The dev runner")."""
 
@@ -48,7 +49,7 @@ class DevPlatform:
         d._wait(d._served, "the CRDs to be served", 60)
         d._namespace()
         self.accounts_port = free_port()
-        self.accounts(up=True)
+        self._start_accounts()
         env = {**os.environ, **d.st.env(), "PYSPARK_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": "127.0.0.1",
                expenses.ACCOUNTS_URL_ENV: f"http://127.0.0.1:{self.accounts_port}"}
@@ -70,13 +71,12 @@ class DevPlatform:
 
     # --- the accounts service ------------------------------------------------------------
     def accounts(self, up: bool) -> None:
-        """Start it (and wait until it answers) or stop it: its port then refuses."""
-        if not up:
-            if self._accounts is not None:
-                self._accounts.terminate()
-                self._accounts.wait(30)
-                self._accounts = None
-            return
+        """Its database down (every lookup answers 503) or back."""
+        from antidote_consumer.examples import accounts
+
+        accounts.set_outage(f"http://127.0.0.1:{self.accounts_port}", not up)
+
+    def _start_accounts(self) -> None:
         log = (self.workdir / "accounts.log").open("ab")
         self._accounts = subprocess.Popen(
             [sys.executable, "-m", "antidote_consumer.examples.accounts", "--host", "127.0.0.1",

@@ -2,7 +2,8 @@
 project's images loaded into the node, the chart installed with the values kind uses
 (hack/local-images.values.yaml), the QueueConsumer in a `restricted` namespace, its driver,
 executors and reader Job as pods, the accounts service as a Deployment and Service beside
-them, the checkpoint and the archive on a PersistentVolumeClaim."""
+them (its outage staged through its admin endpoint: examples/accounts.py says why it is not
+stopped), the checkpoint and the archive on a PersistentVolumeClaim."""
 
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ class NodePlatform:
             "metadata": {"name": ACCOUNTS, "labels": labels},
             "spec": {"selector": labels, "ports": [{"name": "http", "port": accounts.PORT,
                                                      "targetPort": "http"}]}})
-        self._wait_accounts(1)
+        self._wait_accounts()
         d.narrator.ok(f"accounts service up: Deployment and Service `{ACCOUNTS}` "
                       f"(http://{ACCOUNTS}:{accounts.PORT} from the consumer's pods)")
 
@@ -144,10 +145,8 @@ class NodePlatform:
             d.ns, label_selector=f"kubernetes.io/service-name={ACCOUNTS}").items
         return sum(1 for s in slices for e in (s.endpoints or []) if e.conditions and e.conditions.ready)
 
-    def _wait_accounts(self, n: int) -> None:
-        d = self.demo
-        what = "the accounts service to answer" if n else "the accounts service's pod to be gone"
-        d._wait(lambda: self._ready_endpoints() == n and (n or not self._pods(ACCOUNTS)), what, 180)
+    def _wait_accounts(self) -> None:
+        self.demo._wait(lambda: self._ready_endpoints() == 1, "the accounts service to answer", 180)
 
     def _pods(self, name: str) -> list[Any]:
         d = self.demo
@@ -158,12 +157,12 @@ class NodePlatform:
 
     # --- the accounts service ------------------------------------------------------------
     def accounts(self, up: bool) -> None:
-        from kubernetes import client
+        """Its database down (every lookup answers 503) or back, through its pod's address,
+        which the host reaches on the node's bridge."""
+        from antidote_consumer.examples import accounts
 
-        d = self.demo
-        client.AppsV1Api(d.api).patch_namespaced_deployment_scale(
-            ACCOUNTS, d.ns, {"spec": {"replicas": 1 if up else 0}})
-        self._wait_accounts(1 if up else 0)
+        (pod,) = [p for p in self._pods(ACCOUNTS) if p.status.phase == "Running"]
+        accounts.set_outage(f"http://{pod.status.pod_ip}:{accounts.PORT}", not up)
 
     # --- what the story needs to know ----------------------------------------------------
     def spec(self) -> dict[str, Any]:

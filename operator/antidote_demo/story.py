@@ -212,7 +212,8 @@ class Demo(ClusterReads):
         say = self.narrator
         self.platform.accounts(up=False)
         batch = expenses.reports(150, start=300, invalid_every=10**9, unknown_every=10**9)
-        say.step("The accounts service goes DOWN (connections refused); producing 150 more reports")
+        say.step("The accounts service's database goes DOWN (every lookup answers 503); "
+                 "producing 150 more reports")
         self._produce(batch)
         self._wait(lambda: self._condition("QueueDisabled") == ("True", "SystemicFailure"),
                    "the queue to be disabled (SystemicFailure)", 180, follow=True)
@@ -313,7 +314,9 @@ class Demo(ClusterReads):
 
     def _teardown(self) -> None:
         say = self.narrator
-        self.platform.stop()
+        # With --keep the pods stay for a look; the dev runner's processes cannot outlive it.
+        if not (self.keep and self.platform.node):
+            self.platform.stop()
         if self._started_stack and not self.keep:
             from antidote_devstack import stack as devstack
 
@@ -321,6 +324,8 @@ class Demo(ClusterReads):
             say.step("Stopped everything the demo started")
         elif self._started_stack:
             say.step(f"The stack keeps running (--keep): antidote dev env --dir {self.stack_dir}")
+        elif self.keep:
+            say.step(f"Namespace {self.ns} left on the stack (--keep)")
         else:
             self._cleanup_namespace()
 

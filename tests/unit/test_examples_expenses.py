@@ -54,8 +54,18 @@ def test_every_fate_is_what_the_handler_and_schema_do(service) -> None:
 def test_the_accounts_service_outage_fails_every_report(service) -> None:
     good = next(r for r in ex.reports(10) if r.fate == "processed")
     assert ex.approve(msg(good.value))
+    url = f"http://127.0.0.1:{service.server_address[1]}"
+    accounts.set_outage(url, True)  # what the demo does: its database is down
+    with pytest.raises(ConnectionError, match="answered HTTP 503"):
+        ex.approve(msg(good.value))
+    accounts.set_outage(url, False)
+    assert ex.approve(msg(good.value))
+
+
+def test_an_unreachable_accounts_service_is_a_connection_error(service) -> None:
+    good = next(r for r in ex.reports(10) if r.fate == "processed")
     service.shutdown()
-    service.server_close()  # the port now refuses connections, as a stopped service's does
+    service.server_close()  # the port now refuses connections
     with pytest.raises(ConnectionError, match="accounts service unavailable"):
         ex.approve(msg(good.value))
 

@@ -1,7 +1,14 @@
 """The demo's "accounts service": the downstream the expenses handler asks whether a cost
 center exists. `antidote demo` runs it (a Deployment and Service `accounts` beside the
-consumer on the node, a local process with the dev runner) and stops it to stage an outage:
-a real connection refused, not a flag.
+consumer on the node, a local process with the dev runner) and stages its outage through
+`POST /admin/outage` (its database is down: every lookup answers 503 until `DELETE
+/admin/outage`).
+
+Why not stop it: a Service without endpoints is answered by kube-proxy's REJECT rule with
+ICMP port-unreachable, which the kernel sends at most once a second per pod
+(net.ipv4.icmp_ratelimit); a handler calling in a loop then waits for its connect timeout
+on most calls, and each batch takes messages x attempts x timeout before the failure ratio
+can judge it. A 503 fails each call at once.
 
     python -m antidote_consumer.examples.accounts [--port 8080]
 """
@@ -12,22 +19,40 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # Known cost centers; any other is answered 404 (the handler's LookupError).
 COST_CENTERS = ("CC-1001", "CC-1002", "CC-2001", "CC-3005")
 PORT = 8080
 PREFIX = "/cost-centers/"
+OUTAGE = "/admin/outage"
 
 
 class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path in ("/healthz", "/"):
-            return self._answer(200, {"ok": True})
+            return self._answer(200, {"ok": True, "outage": self.server.outage.is_set()})
         cc = self.path[len(PREFIX):] if self.path.startswith(PREFIX) else None
+        if cc is not None and self.server.outage.is_set():
+            return self._answer(503, {"error": "accounts database unavailable"})
         if cc in COST_CENTERS:
             return self._answer(200, {"costCenter": cc})
         self._answer(404, {"error": f"no cost center {cc!r}" if cc else f"no route {self.path}"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._admin(True)
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._admin(False)
+
+    def _admin(self, outage: bool) -> None:
+        if self.path != OUTAGE:
+            return self._answer(404, {"error": f"no route {self.path}"})
+        (self.server.outage.set if outage else self.server.outage.clear)()
+        self._answer(200, {"outage": outage})
 
     def _answer(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()
@@ -41,8 +66,23 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    def __init__(self, address: tuple[str, int]):
+        super().__init__(address, _Handler)
+        self.outage = threading.Event()
+
+
 def serve(host: str = "0.0.0.0", port: int = PORT) -> ThreadingHTTPServer:
-    return ThreadingHTTPServer((host, port), _Handler)
+    return _Server((host, port))
+
+
+def set_outage(base_url: str, outage: bool) -> None:
+    """What the demo does to stage the outage (and end it)."""
+    import urllib.request
+
+    req = urllib.request.Request(base_url + OUTAGE, method="POST" if outage else "DELETE")
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=10) as r:
+        r.read()
 
 
 def main(argv: list[str] | None = None) -> int:
