@@ -162,40 +162,6 @@ def test_driver_pod_killed_mid_stream_loses_nothing_and_quarantines_nothing_twic
           f"{sum(k - 1 for k in outputs.values())}")
 
 
-def test_systemic_outage_disables_the_queue_then_resume_processes_the_backlog(cluster: Cluster) -> None:
-    c = cluster
-    source = f"outage-{uuid.uuid4().hex[:6]}"
-    sink = f"{source}-out"
-    c.topics(source, sink)
-    produce(c.bootstrap, source, [(b"k%d" % i, b"order-%d" % i, None) for i in range(20)])
-    policy = {"retries": {"immediate": 0, "cycles": 0},
-              "queueDisable": {"failureRatio": {"threshold": 0.5, "minMessages": 5}}}
-    # Every call fails: the downstream is down (a systemic fault, not 20 poison messages).
-    with c.consumer("outage", source, "antidote_test_handlers:downstream_down", policy,
-                    sink={"kafka": {"topic": sink}}):
-        wait("QueueDisabled", lambda: c.condition("outage", "QueueDisabled") == ("True", "SystemicFailure"), 300)
-        wait("the Deployment at 0", lambda: c.replicas("outage") == 0, 60)
-        wait("the driver and executor pods gone", lambda: not c.core.list_namespaced_pod(
-            c.ns, label_selector="antidote.dev/consumer=outage").items, 300)
-        (event,) = [e for e in c.events("outage") if e.reason == "QueueDisabled"]
-        assert event.type == "Warning" and "SystemicFailure" in event.message, event.message
-        assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
-        assert read_all(c.bootstrap, sink) == []
-
-        # The cause is fixed (here: a handler that works), then `antidote resume`.
-        c.kubectl("patch", "qc", "outage", "-n", c.ns, "--type", "merge",
-                  "-p", json.dumps({"spec": {"handler": "antidote_test_handlers:upper"}}))
-        c.antidote("resume", "outage", "-n", c.ns)
-        wait("resumed", lambda: c.condition("outage", "QueueDisabled") == ("False", "Resumed"), 120)
-        wait(f"the driver and {EXECUTORS} executors back", lambda: c.running("outage", "driver", 1)
-             and c.running("outage", "executor", EXECUTORS), 300)
-        outputs = wait("the backlog processed",
-                       lambda: (r := read_all(c.bootstrap, sink)) and len(r) >= 20 and r, 300)
-        assert sorted(r.value for r in outputs) == sorted(b"ORDER-%d" % i for i in range(20))
-        assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
-        c.no_pod_security_refusals()
-
-
 def _executors(c: Cluster, name: str) -> dict:
     return c.qc(name).get("status", {}).get("executors") or {}
 
