@@ -2,7 +2,8 @@
 (project_images, no Docker), a test image derived from it carrying tests/integration/handlers.py
 the way docs/images.md tells users to ship handlers, run as a pod in a `restricted`
 namespace: a real consumer (`--until-idle`, `--master local[1]`) against the stack's Kafka,
-with only what the image brings (no ANTIDOTE_SPARK_JARS, no checkout, no venv).
+with only what the image brings (no ANTIDOTE_SPARK_JARS, no checkout, no venv). The chart's
+operator image under its own RBAC is test_node_consumers.py's (its cluster installs it).
 
 Marker `images` (deselected by `make test`: the cold image build takes minutes; see
 docs/images.md); root only, one node per machine like test_node.py.
@@ -11,7 +12,6 @@ docs/images.md); root only, one node per machine like test_node.py.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from antidote_devstack import node, project_images
+from antidote_devstack import node
 from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
@@ -37,7 +37,6 @@ pytestmark = [
 ]
 
 HERE = Path(__file__).resolve().parent
-CHART = HERE.parents[1] / "charts/antidote"
 
 
 def _topics(bootstrap: str, *names: str) -> None:
@@ -119,59 +118,3 @@ def test_consumer_image_runs_a_consumer_as_a_restricted_pod(node_stack, api) -> 
     record, headers = poison[(0, 4)]
     assert record.value == b"poison" and headers["antidote.attempts"] == "1", headers
     print(f"images: {build_seconds:.1f}s to build (or find) them; consumer pod ran {run_seconds:.1f}s")
-
-
-def _run(env: dict[str, str], *cmd: str, stdin: str | None = None) -> str:
-    out = subprocess.run(list(cmd), capture_output=True, text=True, env=env, input=stdin)
-    assert out.returncode == 0, f"{' '.join(cmd)}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
-    return out.stdout
-
-
-def test_chart_runs_the_operator_image_under_its_own_rbac(node_stack, api) -> None:
-    """`helm install` of charts/antidote with the built images: the operator runs as a pod
-    under the chart's ServiceAccount (not system:masters), becomes Ready, and reconciles a
-    QueueConsumer applied with kubectl (its children appear)."""
-    s = node_stack
-    env = {**os.environ, **s.env()}
-    operator, archive = project_images.operator_image()
-    consumer = project_images.consumer_name()
-    node.load_image(Path(s.dir), operator, archive)
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    system = restricted_namespace(core, "antidote-system")
-    # The values hack/kind-up.sh installs the chart with: these images, never pulled.
-    _run(env, "helm", "install", "antidote", str(CHART), "-n", system, "--wait", "--timeout", "180s",
-         "-f", str(HERE.parents[1] / "hack/local-images.values.yaml"))
-
-    # Ready (its liveness and readiness as the chart declares them), as the chart's SA.
-    pods = core.list_namespaced_pod(system, label_selector="app.kubernetes.io/component=operator").items
-    assert len(pods) == 1, [p.metadata.name for p in pods]
-    operator_pod = pods[0]
-    assert operator_pod.spec.service_account_name == "antidote", operator_pod.spec.service_account_name
-    ready = [c.status for c in operator_pod.status.conditions if c.type == "Ready"]
-    assert ready == ["True"], operator_pod.status
-
-    # A QueueConsumer (paused: the driver pod on the node is the next stage) and its policy,
-    # applied with kubectl in a restricted namespace: the operator creates its children.
-    ns = restricted_namespace(core, "shop")
-    manifests = [
-        {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
-         "metadata": {"name": "default", "namespace": ns}, "spec": {}},
-        {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
-         "metadata": {"name": "orders", "namespace": ns},
-         "spec": {"policyRef": {"name": "default"}, "paused": True,
-                  "source": {"kafka": {"bootstrapServers": s.kafka_bootstrap, "topic": "orders"}},
-                  "handler": "antidote_test_handlers:upper",
-                  "checkpoint": {"location": "/tmp/checkpoint"}}},
-    ]
-    _run(env, "kubectl", "apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
-    wait("the QueueConsumer's Deployment", lambda: apps.list_namespaced_deployment(ns).items, 120)
-    deployment = apps.list_namespaced_deployment(ns).items[0]
-    assert deployment.spec.replicas == 0, deployment.spec  # paused
-    assert deployment.spec.template.spec.containers[0].image == consumer
-    assert core.list_namespaced_config_map(ns, label_selector="app.kubernetes.io/instance").items
-    # The driver's RoleBinding to the chart's ClusterRole: the operator may create it only
-    # because the chart's RBAC lets it bind that role (a real RBAC check, not system:masters).
-    bindings = client.RbacAuthorizationV1Api(api).list_namespaced_role_binding(ns).items
-    assert [b.role_ref.kind for b in bindings] == ["ClusterRole"], bindings
-
-    _run(env, "helm", "uninstall", "antidote", "-n", system, "--wait")

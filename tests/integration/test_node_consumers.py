@@ -51,6 +51,11 @@ def test_driver_and_executors_run_as_restricted_pods_then_a_reader_job(cluster: 
     `<source>.poison` with its headers; `antidote drain` starts a reader Job that the Job
     controller runs as a pod, and its report reaches status from the termination message."""
     c = cluster
+    # Step 1: the chart's operator runs as a pod under the chart's ServiceAccount (its RBAC,
+    # not system:masters), Ready by the chart's own probes.
+    (operator,) = c.core.list_namespaced_pod(c.system, label_selector="app.kubernetes.io/component=operator").items
+    assert operator.spec.service_account_name == RELEASE, operator.spec.service_account_name
+    assert [x.status for x in operator.status.conditions if x.type == "Ready"] == ["True"], operator.status
     source = f"flow-{uuid.uuid4().hex[:6]}"
     sink = f"{source}-out"
     c.topics(source, sink, partitions=2)
