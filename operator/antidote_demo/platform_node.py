@@ -196,6 +196,9 @@ class NodePlatform:
 
     def where_to_look(self) -> list[str]:
         ns = self.demo.ns
+        if self.demo._started_stack and not self.demo.keep:
+            return ["  the pods, their logs and Events          `antidote demo --node --keep` leaves the "
+                    "cluster running to look at"]
         return [f"  the cluster (while it runs)              {self._kubectl_hint()}",
                 f"  the driver's log                         kubectl logs -n {ns} deploy/{self.demo.consumer}",
                 f"  the operator's log                       kubectl logs -n {SYSTEM_NS} deploy/{RELEASE}"]
