@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -31,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,8 +57,10 @@ def log(text: str) -> None:
 # --- the cluster ---------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, kubeconfig: str, workdir: Path):
+    def __init__(self, kubeconfig: str, workdir: Path, profile: Path | None = None):
         self.kubeconfig = kubeconfig
+        self.profile = profile
+        self.profilers: list[subprocess.Popen[bytes]] = []
         self.api = config.new_client_from_config(config_file=kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
@@ -64,6 +68,7 @@ class Bench:
         self.ext = client.ApiextensionsV1Api(self.api)
         self.workdir = workdir
         self.pool = ThreadPoolExecutor(8)
+        self.requests0: Counter[tuple[str, str, str]] = Counter()
 
     def install_crds(self) -> None:
         for path in sorted((REPO / "crds").glob("*.yaml")):
@@ -92,6 +97,7 @@ class Bench:
         ns = self.namespace(f"bench-{tag}")
         log(f"creating {n} QueueConsumers in {ns}")
         names = self.populate(ns, n, fake)
+        self.requests0 = api_requests(self)
         return ns, names, self.operator(ns, fake, tag)
 
     def finish(self, ns: str, proc: subprocess.Popen[bytes], logfile: Path) -> None:
@@ -124,6 +130,15 @@ class Bench:
             [ANTIDOTE, "operator", "--namespace", ns, "--metrics-port", str(port),
              "--metrics-url-template", fake.url_template(), "--scrape-interval", "2"],
             env=env, stdout=logfile.open("wb"), stderr=subprocess.STDOUT)
+        if self.profile is not None:
+            # Sampled from outside (py-spy), so the operator runs unmodified; one collapsed-stack
+            # file per phase, from its start until it stops.
+            out = self.profile / f"operator-{tag}.txt"
+            self.profilers.append(subprocess.Popen(
+                [py_spy(), "record", "--pid", str(proc.pid), "--rate", "50", "--format", "raw",
+                 "--threads", "--nonblocking", "--output", str(out)],
+                stdout=subprocess.DEVNULL, stderr=(self.profile / f"py-spy-{tag}.log").open("wb")))
+            log(f"profiling the operator into {out}")
         return proc, port, logfile
 
     def wait(self, what: str, fn, timeout: float = 600, interval: float = 1.0):
@@ -169,6 +184,16 @@ class Bench:
         self.core.delete_namespace(ns)
 
 
+def py_spy() -> str:
+    """py-spy (a sampling profiler from PyPI; not a dependency of the project)."""
+    import shutil
+
+    found = shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if found is None:
+        raise SystemExit("benchmark: --profile needs py-spy: .venv/bin/pip install py-spy")
+    return found
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -202,6 +227,34 @@ def operator_histogram(port: int, name: str) -> tuple[float, float]:
     values = dict(line.rsplit(" ", 1) for line in text.splitlines()
                   if line.startswith((f"{name}_sum", f"{name}_count")))
     return float(values.get(f"{name}_sum", 0)), float(values.get(f"{name}_count", 0))
+
+
+def api_requests(bench: Bench) -> Counter[tuple[str, str, str]]:
+    """The API server's own request counter (apiserver_request_total), summed by verb,
+    resource[/subresource] and HTTP code: every client's requests, the operator's and Kopf's
+    included, as the server counted them."""
+    method, url, headers, _, _ = bench.api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    text = bench.api.call_api(method, url, header_params=headers, _request_timeout=30).read().decode()
+    out: Counter[tuple[str, str, str]] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.rfind("}")]))
+        what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        out[(labels.get("verb", ""), what, labels.get("code", ""))] += int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def requests_line(before: Counter[tuple[str, str, str]], after: Counter[tuple[str, str, str]]) -> str:
+    """What changed between two readings of api_requests, largest first (the benchmark's own
+    polling, LIST and WATCH, included)."""
+    delta = after - before
+    parts = [f"{verb} {what} {code}: {n}" for (verb, what, code), n in delta.most_common() if n]
+    return f"{sum(delta.values())} ({', '.join(parts)})"
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -275,14 +328,20 @@ def main() -> int:
     ap.add_argument("--consumers", type=int, default=1000, help="consumers in the latency test")
     ap.add_argument("--rss-consumers", type=int, default=1000, help="consumers in the memory test")
     ap.add_argument("--spread", type=float, default=30.0, help="seconds the staggered crossings span")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="sample the operator with py-spy into DIR (collapsed stacks per phase)")
     args = ap.parse_args()
+    if args.profile is not None:
+        py_spy()
+        args.profile.mkdir(parents=True, exist_ok=True)
     random.seed(7)
 
     stack, own = bench_stack.up()
     workdir = Path(tempfile.mkdtemp(prefix="antidote-operator-bench-"))
-    bench = Bench(stack.kubeconfig, workdir)
+    bench = Bench(stack.kubeconfig, workdir, args.profile)
     fake = FakeConsumers()
     rows: list[tuple[str, str, str, str]] = []
+    loads = [load()]
     try:
         bench.install_crds()
 
@@ -293,7 +352,9 @@ def main() -> int:
             bench.wait("every Deployment", lambda: sum(1 for r in bench.replicas(ns).values() if r == 1)
                        == len(names))
             bench.wait("every consumer scraped", lambda: all(fake.hits.get((ns, n), 0) >= 2 for n in names))
-            log(f"{len(names)} consumers reconciled and scraped in {time.monotonic() - t0:.1f}s")
+            log(f"{len(names)} consumers reconciled and scraped in {time.monotonic() - t0:.1f}s; "
+                f"API requests meanwhile: {requests_line(bench.requests0, api_requests(bench))}")
+            loads.append(load())
             zeros = ZeroWatcher(bench, ns)
             cpu0 = cpu_seconds(proc.pid)
             log(f"staggered: {len(names)} crossings over {args.spread:g}s")
@@ -328,6 +389,10 @@ def main() -> int:
             bench.wait("every consumer reconciled", lambda: bench.reconciled(ns) == len(names), interval=2)
             bench.wait("every Deployment", lambda: len(bench.replicas(ns)) == len(names), interval=2)
             took = time.monotonic() - t0
+            took_cpu = cpu_seconds(proc.pid)  # from its start: imports and log-in included
+            requests = requests_line(bench.requests0, api_requests(bench))
+            log(f"first reconcile took {took:.1f}s; API requests meanwhile: {requests}")
+            loads.append(load())
             bench.wait("every consumer scraped", lambda: all(fake.hits.get((ns, n), 0) >= 2 for n in names))
             cpu0, w0 = cpu_seconds(proc.pid), time.monotonic()
             time.sleep(20)  # steady state: scraping every consumer every 2 s
@@ -339,14 +404,21 @@ def main() -> int:
                                f"{took:.0f}s", "<= 20 s", took <= 20))
             rows.append((f"steady-state CPU, scraping {len(names)} consumers every 2 s",
                          f"{cpu_share * 100:.0f}% of one core", "-", "-"))
+            rows.append(("  API requests during the first reconcile; operator CPU until then",
+                         f"{requests.split(' (')[0]}; {took_cpu:.1f}s CPU", "-", "-"))
         finally:
             bench.finish(ns, proc, logfile)
     finally:
+        for p in bench.profilers:
+            p.wait(60)  # py-spy ends with the process it samples and writes its file
         bench_stack.down(own)
 
     print()
+    loads.append(load())
     print(f"antidote operator at scale (kube-apiserver {stack.kube_version}, {os.cpu_count()} CPUs; "
           "consumer /metrics served by this benchmark as a load generator)")
+    print(f"load average (1/5/15 min) at the start, after each first reconcile and at the end: "
+          f"{', '.join(loads)}")
     widths = [max(len(r[i]) for r in rows + [("measure", "result", "goal", "")]) for i in range(4)]
     for r in [("measure", "result", "goal", "")] + rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

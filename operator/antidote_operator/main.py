@@ -8,7 +8,7 @@ import sys
 
 import kopf
 
-from . import kube
+from . import heap, kube
 from .context import Context, Options
 from .reconcile import sync_consumer
 
@@ -58,6 +58,7 @@ async def operate(options: Options, *, stop_flag: asyncio.Event | None = None,
 
 def run(options: Options, verbose: bool = False) -> int:
     _logging(verbose)
+    heap.limit_arenas()  # before the API client's thread pools exist
     where = ", ".join(options.namespaces) if options.namespaces else "all namespaces"
     log.info("antidote operator: watching %s; metrics %s; %s", where,
              f"on :{options.metrics_port}" if options.metrics_port else "off",

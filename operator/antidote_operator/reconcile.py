@@ -95,7 +95,11 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     spec = qc.get("spec") or {}
     st.uid = meta.get("uid")
     policy = await ctx.policy(ns, (spec.get("policyRef") or {}).get("name", ""))
-    if st.deployment is None:
+    # No conditions: no operator has reconciled this consumer yet, so its children are most
+    # likely not there: create them without reading first (a 409 falls back to the read),
+    # and there is no Ready to flap. Half the requests of a first reconcile.
+    fresh = not (qc.get("status") or {}).get("conditions")
+    if st.deployment is None and not fresh:
         # Not seen on the watch yet (a restart): read it, or Ready would flap to Starting.
         dep = await ctx.kube.get(kube.DEPLOYMENT, ns, child_names(name).deployment)
         if dep is not None:
@@ -120,7 +124,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
             children = driver.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
             await _ensure_spark_auth_secret(ctx, qc)
             for child in children:
-                action = await kube.apply(ctx.kube, child)
+                action = await kube.apply(ctx.kube, child, create_first=fresh)
                 if action != "unchanged":
                     ctx.metrics.child_writes.labels(child["kind"], action).inc()
                     log.info("%s %s %s/%s", action, child["kind"], ns, child["metadata"]["name"])
