@@ -142,6 +142,10 @@ class Settler:
                     state.positions[key] = last + 1
         if positions:
             state.positions.update(positions)
+            for (topic, partition), (offset, _due) in result.waiting.items():
+                key = f"{topic}:{partition}"  # stopped at a record not due yet: read it again
+                if key in positions:
+                    state.positions[key] = min(positions[key], offset)
         self.ledger.commit(state, records)
         retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
         if capped:
