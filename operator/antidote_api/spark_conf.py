@@ -127,7 +127,9 @@ TUNABLES: tuple[Tunable, ...] = (
             "markers and other consumers' records too) is read by the driver and run in its local "
             "worker process; from this many on, the executors read and run it like a source "
             "batch (Spark's Kafka batch source over the planned offsets). A Spark job costs about "
-            "a second whatever its size; 0 sends every cycle to the executors."),
+            "a second whatever its size; 0 sends every cycle to the executors. A retry batch holds "
+            "at most `maxMessagesPerBatch` offsets, so with that below this limit every "
+            "cycle runs locally."),
 )
 _TUNABLE = {t.key: t for t in TUNABLES}
 

@@ -24,12 +24,13 @@ def _ends(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
 
 def test_a_cycle_above_the_local_limit_is_read_and_run_by_the_executors_exactly_once(
         spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
-    """300 messages: 100 that always fail, 100 that fail their first delivery only, 100 fine;
-    2 cycles of 1 s, local limit 20. Cycle 1 holds 200 records, cycle 2 100: above the limit,
-    so the executors read them (Spark's Kafka batch source over the planned offsets)."""
+    """600 messages: 100 that always fail, 100 that fail their first delivery only, 400 fine
+    (a third failing: below the systemic threshold); 2 cycles of 1 s, local limit 20. Cycle 1
+    holds 200 records, cycle 2 100: above the limit, so the executors read them (Spark's
+    Kafka batch source over the planned offsets)."""
     source, sink = topic_factory(partitions=2), topic_factory("-out")
-    kinds = {0: b"poison", 1: b"flaky-1", 2: b"fine"}
-    values = [b"%s-%d" % (kinds[i % 3], i) for i in range(300)]
+    kinds = {0: b"poison", 1: b"flaky-1"}
+    values = [b"%s-%d" % (kinds.get(i % 6, b"fine"), i) for i in range(600)]
     produce(kafka_bootstrap, source, [(b"k%d" % i, v, None) for i, v in enumerate(values)])
     s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, handler="flaky_upper",
                     spark_conf={"spark.antidote.retry.localMaxRecords": "20"},
@@ -62,10 +63,10 @@ def test_a_cycle_above_the_local_limit_is_read_and_run_by_the_executors_exactly_
         assert (hdrs["antidote.attempts"], hdrs["antidote.cycle"], hdrs["antidote.reason"]) == (
             "3", "2", "max-attempts")
         assert hdrs["antidote.consumer"] == "tests/c"
-    assert cu.metric(m, "antidote_messages_total", outcome="processed") == 200
+    assert cu.metric(m, "antidote_messages_total", outcome="processed") == 500
     assert cu.metric(m, "antidote_messages_total", outcome="moved") == 100
     assert cu.metric(m, "antidote_messages_total", outcome="retried") == 200 + 100
-    assert cu.metric(m, "antidote_attempts_total") == 100 + 200 + 300
+    assert cu.metric(m, "antidote_attempts_total") == 400 + 100 * 2 + 100 * 3
     # The ledger accounts for every retry offset: each retry partition's position is its end
     # (past the last transaction's marker), committed with the batches' outcomes.
     state = load_state(kafka_bootstrap, ledger_names(s).topic)

@@ -40,6 +40,12 @@ def test_the_first_record_not_old_enough_ends_the_range_and_says_when_the_next_f
     assert p.next_due == ts + DELAY == NOW + 250
 
 
+def test_the_last_offset_is_read_too_for_it_is_most_often_the_commit_marker() -> None:
+    # The marker is stamped when the transaction commits, after its records' settle time.
+    p = plan([part(start=10, stable=50, found=(49, NOW - DELAY + 80))], NOW, 1000)
+    assert p.ranges == {(T, 0): (10, 50)} and p.positions == {f"{T}:0": 50}
+
+
 def test_a_partition_with_nothing_due_is_left_out_but_read_for_a_small_cycle() -> None:
     p = plan([part(start=10, stable=50, found=(10, NOW - 5))], NOW, 1000)
     assert p.ranges == {} and p.positions == {}

@@ -2,12 +2,15 @@
 reading a record (the pure part; retry_pump.py asks the broker).
 
 A retry topic's records are appended in due order with one delay per topic, and a record's
-timestamp (CreateTime, the driver's clock) is taken when the settle produces it, at or after
-the moment its due time was set (`due = settle time + delay`). So every record with a
-timestamp before `now - delay` is due, and the first offset whose timestamp is at or after
-it (the broker's offsets-for-times, one request for all partitions) ends what is due. The
-plan is the range `[position, due end)` per partition, which executors read with Spark's
-Kafka batch source like a source batch.
+timestamp (CreateTime) is the settle time its due time was set from (`due = settle time +
+delay`; driver.settle gives it to the producer: left to the client it would be later by
+the transaction's produce time, up to seconds for a large one, and a plan made at the due
+time would find most of the batch not due yet). So every record with a timestamp before
+`now - delay` (or at it) is due, and the first offset whose timestamp is after it (the
+broker's offsets-for-times, one request for all partitions) ends what is due. The plan is the range
+`[position, due end)` per partition, which executors read with Spark's Kafka batch source
+like a source batch. (A topic with LogAppendTime gets the broker's clock instead: later
+than the driver's, the plan is only late; earlier, the executors' check below holds.)
 
 A handler's `Retry(after=...)` longer than the cycle's delay (or a clock that stepped) can
 put a record that is not due yet inside the range: the executors compare each record's
@@ -34,8 +37,8 @@ class PartitionOffsets:
     low: int  # the first offset still kept (retention)
     stable: int  # the last stable offset: read_committed sees nothing at or after it
     delay: int  # the topic's cycle delay (ms)
-    # (offset, timestamp) of the first record below `stable` whose timestamp is at or after
-    # `now - delay`; None when there is none (everything below `stable` is due).
+    # (offset, timestamp) of the first record below `stable` whose timestamp is after
+    # `now - delay` (not due yet); None when there is none (everything below `stable` is due).
     found: tuple[int, int] | None = None
     high: int | None = None  # the high watermark (read_uncommitted), asked only when start >= stable
 
@@ -77,7 +80,12 @@ def plan(parts: list[PartitionOffsets], now: int, limit: int) -> RetryPlan:
         end = p.stable
         if p.found is not None:
             offset, ts = p.found
-            end = max(start, min(offset, p.stable))
+            # The last offset before `stable` is most often the last transaction's commit
+            # marker, which the broker stamps with its own clock when it commits, after the
+            # records' settle time: ending there would leave it (and the record of having
+            # passed it) out of every plan until it is `delay` old. So it is read too; a
+            # record there that is not due yet is held by the executors' check.
+            end = p.stable if offset == p.stable - 1 else max(start, min(offset, p.stable))
             _sooner(out, ts + p.delay)
         if end > start:
             out.ranges[where] = (start, end)

@@ -120,9 +120,11 @@ class RetryReader:
         committed = IsolationLevel.READ_COMMITTED
         low = self._list({tp: OffsetSpec.earliest() for tp in tps}, committed)
         stable = self._list({tp: OffsetSpec.latest() for tp in tps}, committed)
-        # With read_committed the broker answers -1 when the first such record lies at or
-        # after the last stable offset: then everything it lets us read is due.
-        found = self._list({tp: OffsetSpec.for_timestamp(now_ms - self.delays[tp.topic]) for tp in tps},
+        # The first record with a timestamp after now - delay: not due yet (one at exactly
+        # now - delay is due now, as its antidote.due says). With read_committed the broker
+        # answers -1 when that record lies at or after the last stable offset: then
+        # everything it lets us read is due.
+        found = self._list({tp: OffsetSpec.for_timestamp(now_ms - self.delays[tp.topic] + 1) for tp in tps},
                            committed)
         starts = {(tp.topic, tp.partition): max(positions.get(position_key(tp.topic, tp.partition), 0),
                                                 self.ends.get(position_key(tp.topic, tp.partition), 0))
