@@ -15,7 +15,11 @@
    (RetryReader.read_due) and run in its local worker, a larger one is read and run by the
    executors (Spark's Kafka batch source). Reported: the plan's time per round, records/s
    the driver reads (local rounds only), records/s run and committed (Runtime.handle), and
-   all of a working round together; the local worker's one-off start-up is left out.
+   all of a working round together; the local worker's one-off start-up is left out. Of a
+   round, the Spark jobs (Runtime._run_job: the executors' work and the transfer of their
+   result rows) are also reported apart: what is left is the driver's own share, the
+   pump's ceiling however many executors there are (on this machine the executors share
+   the driver's 2 cores, so the end-to-end figure is theirs as much as the driver's).
 
 Uses the stack named by $ANTIDOTE_STACK_DIR if it runs, else starts its own.
 """
@@ -108,9 +112,17 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
     consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
     # (seconds, records) of each driver read; (start, seconds, records, path) of each retry
     # batch run and committed; the plan and read time of the round that led to each batch.
-    reads, rounds, planning = [], [], []
-    pending = [0.0]  # this round's plan and read time so far
+    reads, rounds, planning, jobs = [], [], [], []
+    pending = [0.0, 0.0]  # this round's plan and read time so far; the Spark jobs of its batch
     plan, read_due, handle = consumer.retry.plan, consumer.retry.read_due, consumer.runtime.handle
+    run_job = consumer.runtime._run_job
+
+    def timed_job(df):
+        t = time.perf_counter()
+        try:
+            return run_job(df)
+        finally:
+            pending[1] += time.perf_counter() - t
 
     def timed_plan(*a, **kw):
         t = time.perf_counter()
@@ -127,11 +139,13 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
 
     def timed_handle(df, *, batch_id=None, positions=None, local_rows=None, due_by=None):
         t, started = time.time(), time.perf_counter()
+        pending[1] = 0.0
         result = handle(df, batch_id=batch_id, positions=positions, local_rows=local_rows, due_by=due_by)
         if batch_id is None:  # a retry batch: run and commit
             rounds.append((t, time.perf_counter() - started, result.n_ok + len(result.failures),
                            "local" if due_by is None else "executors"))
             planning.append(pending[0])
+            jobs.append(pending[1])
         return result
 
     settles = []  # (seconds, failed records) of each source batch's settle
@@ -144,6 +158,7 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
             settles.append((time.perf_counter() - started, len(result.failures)))
 
     consumer.retry.plan, consumer.retry.read_due, consumer.runtime.handle = timed_plan, timed_read, timed_handle
+    consumer.runtime._run_job = timed_job
     consumer.runtime._settle = timed_settle
     assert int(consumer.run(until_idle=True)) == 0
     progress = [p for p in consumer.query.recentProgress if p["numInputRows"]]
@@ -161,6 +176,8 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
         # The local worker's start-up (once per driver) is not in it: the pump waits for it
         # outside these calls.
         "pump_per_s": pumped / (sum(planning) + sum(t for _, t, _, _ in rounds)),
+        "jobs_s": sum(jobs),
+        "driver_per_s": pumped / (sum(planning) + sum(t for _, t, _, _ in rounds) - sum(jobs)),
         "settle_per_s": sum(n for _, n in settles) / sum(s for s, _ in settles),
         "batches": len(rounds),
         "mean_batch": pumped / len(rounds),
@@ -227,7 +244,8 @@ def main() -> int:
     print(f"retry pump, {p['records']:,} records in {p['batches']} batches "
           f"(mean {p['mean_batch']:,.0f}; {p['overlapped']:,} while the source still ran; {paths}): "
           f"plan {p['plan_ms']:.0f} ms a round (median), driver reads {reads}, "
-          f"runs+commits {p['run_per_s']:,.0f} records/s, end to end {p['pump_per_s']:,.0f} records/s")
+          f"runs+commits {p['run_per_s']:,.0f} records/s, end to end {p['pump_per_s']:,.0f} records/s; "
+          f"of which Spark jobs {p['jobs_s']:.1f}s, the driver's own share {p['driver_per_s']:,.0f} records/s")
     print(f"source batches' failures quarantined by the driver (settle: headers, retry records, "
           f"ledger, one transaction): {p['settle_per_s']:,.0f} records/s")
     return 0
