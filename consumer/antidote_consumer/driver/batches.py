@@ -19,7 +19,7 @@ from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.chosen import systemic_signal
 from antidote_consumer.worker.executor import RESULT_SCHEMA, WorkerConfig, process
-from antidote_consumer.worker.local import LocalWorker, Row
+from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
 from .frames import (BatchResult, attempts_before, batch_keys, frame, is_job_failure, running_tasks,
@@ -45,13 +45,6 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
         max_held=s.max_held_per_key if s.ordering == "Key" else 0,
         delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id)
-
-
-def collected(df) -> list[Row]:
-    """A job's result rows on the driver, through Arrow: Spark's row-at-a-time collect took
-    most of a batch's time when many messages failed (8.3 s for 25,000 failed rows of a retry
-    batch, each with its stack, against 1.6 s to settle them)."""
-    return [Row(r, headers=[Row(x) for x in r.get("headers") or []]) for r in df.toArrow().to_pylist()]
 
 
 # A task that died on this did not run its messages (see _isolate).
@@ -172,12 +165,12 @@ class Runtime(Settler):
         if sink is not None and sink.path is not None:
             mapped = mapped.persist()
             try:
-                rows = collected(mapped.filter("kind != 'ok'"))
+                rows = mapped.filter("kind != 'ok'").collect()
                 self._write_path_outputs(mapped)
             finally:
                 mapped.unpersist()
             return rows
-        return collected(mapped)
+        return mapped.collect()
 
     def _await_quiet_executors(self, timeout: float = QUIET_TIMEOUT) -> None:
         """A failed job returns before Spark has killed its other tasks. The next job (a
