@@ -10,9 +10,16 @@
    commits with the ledger (every failure of every executor passes here).
 4. The retry pump: a source with --pump-share poison and one retry cycle whose delay
    (--cycle-delay) outlasts the source phase, so the pump then drains the retry topic
-   alone. Reported: records/s the pump reads (RetryReader.read_due), runs and commits
-   (Runtime.handle: in the local worker up to 10,000 records, else a Spark job), and both
-   together; the local worker's one-off start-up is left out.
+   alone. Each round plans from offsets (RetryReader.plan); a cycle of fewer due records
+   than --local-max (spark.antidote.retry.localMaxRecords) is read by the driver
+   (RetryReader.read_due) and run in its local worker, a larger one is read and run by the
+   executors (Spark's Kafka batch source). Reported: the plan's time per round, records/s
+   the driver reads (local rounds only), records/s run and committed (Runtime.handle), and
+   all of a working round together; the local worker's one-off start-up is left out. Of a
+   round, the Spark jobs (Runtime._run_job: the executors' work and the transfer of their
+   result rows) are also reported apart: what is left is the driver's own share, the
+   pump's ceiling however many executors there are (on this machine the executors share
+   the driver's 2 cores, so the end-to-end figure is theirs as much as the driver's).
 
 Uses the stack named by $ANTIDOTE_STACK_DIR if it runs, else starts its own.
 """
@@ -88,7 +95,7 @@ def batch_costs(spark, bootstrap: str, admin, partitions: int, tiny: int, batche
 
 
 def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: float, batch: int,
-         delay: str, workdir: Path) -> dict:
+         delay: str, workdir: Path, local_max: int | None) -> dict:
     from antidote_consumer.driver.metrics import Metrics
     from antidote_consumer.driver.consumer import Consumer
 
@@ -98,22 +105,48 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
               # share < threshold: a poison share this high is still no systemic outage
               "queueDisable": {"failureRatio": {"threshold": 1.0}}}
     s = settings(bootstrap, src, make_topic(admin, src + "-out", partitions), batch, workdir, policy)
+    if local_max is not None:
+        s = s.model_copy(update={"spark": s.spark.model_copy(update={
+            "conf": {**(s.spark.conf or {}), "spark.antidote.retry.localMaxRecords": str(local_max)}})})
     metrics = Metrics(s.namespace, s.consumer)
     consumer = Consumer(s, spark, metrics, trigger_interval=0.2)
-    reads, rounds = [], []  # (seconds, records) of each read; (start, seconds, records) of each run
-    read_due, handle = consumer.retry.read_due, consumer.runtime.handle
+    # (seconds, records) of each driver read; (start, seconds, records, path) of each retry
+    # batch run and committed; the plan and read time of the round that led to each batch.
+    reads, rounds, planning, jobs = [], [], [], []
+    pending = [0.0, 0.0]  # this round's plan and read time so far; the Spark jobs of its batch
+    plan, read_due, handle = consumer.retry.plan, consumer.retry.read_due, consumer.runtime.handle
+    run_job = consumer.runtime._run_job
+
+    def timed_job(df):
+        t = time.perf_counter()
+        try:
+            return run_job(df)
+        finally:
+            pending[1] += time.perf_counter() - t
+
+    def timed_plan(*a, **kw):
+        t = time.perf_counter()
+        planned = plan(*a, **kw)
+        pending[0] = time.perf_counter() - t  # a new round: an idle one's time is dropped
+        return planned
 
     def timed_read(*a, **kw):
         t = time.perf_counter()
         due = read_due(*a, **kw)
         reads.append((time.perf_counter() - t, len(due.rows)))
+        pending[0] += reads[-1][0]
         return due
 
-    def timed_handle(df, *, batch_id=None, positions=None, local_rows=None):
+    def timed_handle(df, *, batch_id=None, positions=None, local_rows=None, due_by=None):
         t, started = time.time(), time.perf_counter()
-        handle(df, batch_id=batch_id, positions=positions, local_rows=local_rows)
-        if batch_id is None and local_rows:  # a retry batch: run and commit
-            rounds.append((t, time.perf_counter() - started, len(local_rows)))
+        pending[1] = 0.0
+        result = handle(df, batch_id=batch_id, positions=positions, local_rows=local_rows, due_by=due_by)
+        if batch_id is None:  # a retry batch: run and commit
+            rounds.append((t, time.perf_counter() - started, result.n_ok + len(result.failures),
+                           "local" if due_by is None else "executors"))
+            planning.append(pending[0])
+            jobs.append(pending[1])
+        return result
 
     settles = []  # (seconds, failed records) of each source batch's settle
     settle = consumer.runtime._settle
@@ -124,25 +157,32 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
         if batch_id is not None and result.failures:
             settles.append((time.perf_counter() - started, len(result.failures)))
 
-    consumer.retry.read_due, consumer.runtime.handle = timed_read, timed_handle
+    consumer.retry.plan, consumer.retry.read_due, consumer.runtime.handle = timed_plan, timed_read, timed_handle
+    consumer.runtime._run_job = timed_job
     consumer.runtime._settle = timed_settle
     assert int(consumer.run(until_idle=True)) == 0
     progress = [p for p in consumer.query.recentProgress if p["numInputRows"]]
     source_end = max(_epoch(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 for p in progress)
-    pumped = sum(n for _, _, n in rounds)
+    pumped = sum(n for _, _, n, _ in rounds)
     assert pumped == bad, f"pumped {pumped}, produced {bad} poison"
     read_n = sum(n for _, n in reads)
+    read_s = sum(t for t, n in reads if n)
     return {
         "records": pumped,
-        "overlapped": sum(n for t, _, n in rounds if t < source_end),
-        "read_per_s": read_n / sum(t for t, n in reads if n),
-        "run_per_s": pumped / sum(t for _, t, _ in rounds),
-        # The local worker's start-up (once per driver) is not in either: the pump waits
-        # for it outside these calls.
-        "pump_per_s": pumped / (sum(t for t, n in reads if n) + sum(t for _, t, _ in rounds)),
+        "overlapped": sum(n for t, _, n, _ in rounds if t < source_end),
+        "plan_ms": 1000 * statistics.median(planning),
+        "read_per_s": read_n / read_s if read_s else None,
+        "run_per_s": pumped / sum(t for _, t, _, _ in rounds),
+        # The local worker's start-up (once per driver) is not in it: the pump waits for it
+        # outside these calls.
+        "pump_per_s": pumped / (sum(planning) + sum(t for _, t, _, _ in rounds)),
+        "jobs_s": sum(jobs),
+        "driver_per_s": pumped / (sum(planning) + sum(t for _, t, _, _ in rounds) - sum(jobs)),
         "settle_per_s": sum(n for _, n in settles) / sum(s for s, _ in settles),
         "batches": len(rounds),
         "mean_batch": pumped / len(rounds),
+        "paths": {path: (sum(1 for *_, p in rounds if p == path), sum(n for _, _, n, p in rounds if p == path))
+                  for path in ("local", "executors")},
     }
 
 
@@ -157,6 +197,8 @@ def main() -> int:
     ap.add_argument("--pump-share", type=float, default=0.25)
     ap.add_argument("--batch", type=int, default=100_000)
     ap.add_argument("--cycle-delay", default="60s")
+    ap.add_argument("--local-max", type=int, default=None,
+                    help="spark.antidote.retry.localMaxRecords for the pump (default: the consumer's)")
     args = ap.parse_args()
 
     from confluent_kafka.admin import AdminClient
@@ -184,7 +226,7 @@ def main() -> int:
                                           args.tiny_batches, workdir)
         log("retry pump")
         p = pump(spark, bootstrap, admin, args.partitions, args.pump_messages, args.pump_share,
-                 args.batch, args.cycle_delay, workdir)
+                 args.batch, args.cycle_delay, workdir, args.local_max)
         load.append(Path("/proc/loadavg").read_text().split()[0])
     finally:
         if spark is not None:
@@ -197,10 +239,13 @@ def main() -> int:
           f"-> at 2 per source batch, {commits / 2:,.0f} source batches/s")
     print(f"per-batch fixed cost, batches of {args.tiny}: plain Spark {plain_s:.2f}s, "
           f"Antidote {antidote_s:.2f}s (median batch after the first 3)")
+    paths = ", ".join(f"{path} {b} batches / {n:,} records" for path, (b, n) in p["paths"].items())
+    reads = f"{p['read_per_s']:,.0f} records/s" if p["read_per_s"] is not None else "none (no local round)"
     print(f"retry pump, {p['records']:,} records in {p['batches']} batches "
-          f"(mean {p['mean_batch']:,.0f}; {p['overlapped']:,} while the source still ran): "
-          f"reads {p['read_per_s']:,.0f} records/s, runs+commits {p['run_per_s']:,.0f} records/s, "
-          f"end to end {p['pump_per_s']:,.0f} records/s")
+          f"(mean {p['mean_batch']:,.0f}; {p['overlapped']:,} while the source still ran; {paths}): "
+          f"plan {p['plan_ms']:.0f} ms a round (median), driver reads {reads}, "
+          f"runs+commits {p['run_per_s']:,.0f} records/s, end to end {p['pump_per_s']:,.0f} records/s; "
+          f"of which Spark jobs {p['jobs_s']:.1f}s, the driver's own share {p['driver_per_s']:,.0f} records/s")
     print(f"source batches' failures quarantined by the driver (settle: headers, retry records, "
           f"ledger, one transaction): {p['settle_per_s']:,.0f} records/s")
     return 0

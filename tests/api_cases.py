@@ -135,6 +135,13 @@ BAD_SPECS = (
                                "spark.kubernetes.executor.secrets.other-app",
                                "spark.kubernetes.executor.volumes.hostPath.root.mount.path",
                                "spark.driver.host", "spark.authenticate", "spark.authenticate.secret"))),
+    # Antidote's own spark.antidote.* settings: a known key with a whole number only.
+    BadSpec("spark-conf-antidote-not-a-number", "qc",
+            _p({"spark": {"conf": {"spark.antidote.retry.localMaxRecords": "-1"}}}),
+            "spec.spark.conf", ("spark.antidote.",)),
+    BadSpec("spark-conf-antidote-unknown", "qc",
+            _p({"spark": {"conf": {"spark.antidote.retry.localMaxRecord": "100"}}}),
+            "spec.spark.conf", ("spark.antidote.",)),
     BadSpec("autoscale-min-above-max", "qc", _p({"spark": {"autoscale": {"min": 5, "max": 2}}}),
             "spec.spark.autoscale.min"),
     BadSpec("autoscale-without-max", "qc", _p({"spark": {"autoscale": {"min": 1}}}),

@@ -97,7 +97,8 @@ class Spark(ApiModel):
         None, description="Extra Spark configuration; keys start with `spark.`. Keys the operator "
                           "owns (master, namespace, ServiceAccounts, pod templates, mounts, driver "
                           "host, `spark.authenticate*`) are refused: see \"Spark configuration the "
-                          "operator owns\" below.",
+                          "operator owns\" below. `spark.antidote.*` keys tune the consumer: see "
+                          "\"Antidote's settings in spark.conf\" below.",
         json_schema_extra=seed("spark-operator sparkConf"))
 
     rules = (
@@ -109,6 +110,9 @@ class Spark(ApiModel):
              message_cel=spark_conf.MESSAGE_CEL, describe=lambda s: spark_conf.describe(s.conf)),
         Rule(autoscaling.CONFLICT_CEL, autoscaling.CONFLICT_MESSAGE, lambda s: not autoscaling.conflicts(s),
              field="conf"),
+        Rule(spark_conf.TUNABLE_CEL, spark_conf.TUNABLE_MESSAGE,
+             lambda s: not spark_conf.bad_tunables(s.conf), field="conf",
+             describe=lambda s: spark_conf.describe_tunables(s.conf)),
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .crdgen import KINDS, Kind, json_schema
-from .spark_conf import OWNED
+from .spark_conf import OWNED, TUNABLE_MAX, TUNABLES
 from .types import API_VERSION
 
 INTRO = f"""\
@@ -147,5 +147,16 @@ def _owned_section() -> str:
             + _table(["keys", "owned because"], rows))
 
 
+def _tunables_section() -> str:
+    rows = [[_code(t.key), f"{t.default:,}", t.meaning] for t in TUNABLES]
+    return ("## Antidote's settings in spark.conf\n\n"
+            "Tuning of the consumer itself, set in `spec.spark.conf` like any Spark setting. "
+            f"Values are whole numbers from 0 to {TUNABLE_MAX:,}; a `spark.antidote.*` key not "
+            "listed here, or a value that is not such a number, is refused by the API server and "
+            "by `antidote consumer` (exit code 2, naming the key).\n\n"
+            + _table(["key", "default", "meaning"], rows))
+
+
 def render_docs() -> str:
-    return "\n".join([INTRO, _formats_section(), *(_kind_section(k) for k in KINDS), _owned_section()])
+    return "\n".join([INTRO, _formats_section(), *(_kind_section(k) for k in KINDS), _owned_section(),
+                      _tunables_section()])

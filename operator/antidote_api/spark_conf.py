@@ -102,3 +102,70 @@ def describe(conf: Mapping[str, str] | None) -> str:
     keys = owned_keys(conf)
     return (f"sets {', '.join(keys)}, {'a key' if len(keys) == 1 else 'keys'} the operator owns "
             "(see docs/api.md, \"Spark configuration the operator owns\")")
+
+
+# --- Antidote's own settings in spec.spark.conf ------------------------------------------
+# Tuning knobs of the consumer that are not part of the API's fields: read from
+# `spec.spark.conf` (so Spark carries them like any other setting), checked by the same rule
+# as the keys above (the API server and the models), documented in docs/api.md from here.
+ANTIDOTE_PREFIX = "spark.antidote."
+
+
+@dataclass(frozen=True)
+class Tunable:
+    key: str
+    default: int
+    meaning: str
+
+
+TUNABLE_MAX = 999_999_999  # every value is a whole number from 0 to this (up to 9 digits)
+
+
+TUNABLES: tuple[Tunable, ...] = (
+    Tunable("spark.antidote.retry.localMaxRecords", 10_000,
+            "A retry cycle with fewer due records than this (counted by offsets, so transaction "
+            "markers and other consumers' records too) is read by the driver and run in its local "
+            "worker process; from this many on, the executors read and run it like a source "
+            "batch (Spark's Kafka batch source over the planned offsets). A Spark job costs about "
+            "a second whatever its size; 0 sends every cycle to the executors. A retry batch holds "
+            "at most `maxMessagesPerBatch` offsets, so with that below this limit every "
+            "cycle runs locally."),
+)
+_TUNABLE = {t.key: t for t in TUNABLES}
+
+
+def bad_tunables(conf: Mapping[str, str] | None) -> list[str]:
+    """The `spark.antidote.*` keys of `conf` that Antidote does not know or whose value is not
+    a whole number within its bounds, in order."""
+    bad = []
+    for key, value in (conf or {}).items():
+        if not key.startswith(ANTIDOTE_PREFIX):
+            continue
+        t = _TUNABLE.get(key)
+        if t is None or not (value.isdigit() and value.isascii() and int(value) <= TUNABLE_MAX):
+            bad.append(key)
+    return bad
+
+
+def tunable(conf: Mapping[str, str] | None, key: str) -> int:
+    """The value of a `spark.antidote.*` setting (checked by the models), else its default."""
+    t = _TUNABLE[key]
+    value = (conf or {}).get(key)
+    return int(value) if value is not None else t.default
+
+
+# Whole numbers of up to 9 digits: exactly the models' bound (a regex keeps the rule's cost
+# estimate bounded).
+TUNABLE_CEL = ("!has(self.conf) || self.conf.all(k, !k.startsWith('" + ANTIDOTE_PREFIX + "') || (k in "
+               + _cel_list(_TUNABLE) + " && self.conf[k].matches('^[0-9]{1,9}$')))")
+TUNABLE_MESSAGE = ("sets a spark.antidote.* key Antidote does not know, or one whose value is not a "
+                   "whole number within its bounds (see docs/api.md, \"Antidote's settings in "
+                   "spark.conf\")")
+
+
+def describe_tunables(conf: Mapping[str, str] | None) -> str:
+    keys = bad_tunables(conf)
+    return (f"sets {', '.join(f'{k}={(conf or {})[k]!r}' for k in keys)}: "
+            + ("unknown, or not a whole number within bounds; " if keys else "")
+            + "known keys: " + ", ".join(t.key for t in TUNABLES) + f" (whole numbers, 0 to {TUNABLE_MAX:,})"
+            + " (see docs/api.md, \"Antidote's settings in spark.conf\")")

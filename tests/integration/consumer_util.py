@@ -39,6 +39,11 @@ def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float =
     return code, metrics
 
 
+# Retry cycles by path: "local" (read by the driver, run in its local worker: the default for
+# cycles below 10,000 records) or "executors" (planned from offsets, read and run by Spark).
+RETRY_PATHS = {"local": None, "executors": {"spark.antidote.retry.localMaxRecords": "0"}}
+
+
 def resumed(s: EffectiveSettings) -> EffectiveSettings:
     """`s` as the operator renders it after a resume: a restart alone keeps a queue disabled."""
     import uuid
@@ -52,13 +57,14 @@ def metric(m, name: str, **labels) -> float:
 
 def settings(bootstrap: str, topic: str, tmp_path: Path, *, handler: str = "upper",
              policy: dict | None = None, sink: str | None = None, name: str = "c",
-             max_batch: int = 1000) -> EffectiveSettings:
+             max_batch: int = 1000, spark_conf: dict[str, str] | None = None) -> EffectiveSettings:
     qc = QueueConsumerSpec.model_validate({
         "policyRef": {"name": "p"},
         "source": {"kafka": {"bootstrapServers": bootstrap, "topic": topic,
                              "maxMessagesPerBatch": max_batch}},
         "handler": f"tests.integration.handlers:{handler}",
         **({"sink": {"kafka": {"topic": sink}}} if sink else {}),
+        **({"spark": {"conf": spark_conf}} if spark_conf else {}),
         "checkpoint": {"location": str(tmp_path / f"ckpt-{name}")},
     })
     pp = PoisonPolicySpec.model_validate(policy or {})

@@ -4,6 +4,8 @@ worker, the ledger."""
 
 from __future__ import annotations
 
+import pytest
+
 from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import headers as h
 
@@ -13,8 +15,8 @@ from .kafka_io import produce, read_all
 HANDLERS = "tests.integration.handlers_chosen"
 
 
-def _settings(bootstrap, source, tmp_path, policy, sink=None):
-    s = cu.settings(bootstrap, source, tmp_path, policy=policy, sink=sink)
+def _settings(bootstrap, source, tmp_path, policy, sink=None, spark_conf=None):
+    s = cu.settings(bootstrap, source, tmp_path, policy=policy, sink=sink, spark_conf=spark_conf)
     return s.model_copy(update={"handler": f"{HANDLERS}:chooses"})
 
 
@@ -29,12 +31,15 @@ def _hdr(record, name: str) -> str:
     return dict(record.headers)[name].decode()
 
 
+@pytest.mark.parametrize("path", cu.RETRY_PATHS)
 def test_retry_after_schedules_the_next_cycle_at_that_delay_within_the_policy(
-        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir, path) -> None:
     source, sink = topic_factory(), topic_factory("-out")
     values = [b"later-2", b"later-60", b"always-later", b"bad-after", b"fine"]
     produce(kafka_bootstrap, source, [(None, v, None) for v in values])
-    s = _settings(kafka_bootstrap, source, tmp_path, sink=sink, policy={
+    # Through the executors, later-2 and later-60 (due after the cycle's 1s) lie inside the
+    # range planned by timestamps: the executors stop at them, never attempting one early.
+    s = _settings(kafka_bootstrap, source, tmp_path, sink=sink, spark_conf=cu.RETRY_PATHS[path], policy={
         "retries": {"immediate": 3, "cycles": 2, "cycleDelay": "1s", "maxCycleDelay": "4s"}})
 
     code, m = cu.run(spark, s)

@@ -134,8 +134,9 @@ def test_drop_counts_and_writes_nothing(spark, kafka_bootstrap, topic_factory, t
     assert read_all(kafka_bootstrap, s.topics.dlq) == []
 
 
+@pytest.mark.parametrize("path", cu.RETRY_PATHS)
 def test_two_consumers_of_one_source_share_its_retry_topics_and_read_only_their_own(
-        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+        spark, kafka_bootstrap, topic_factory, tmp_path, path) -> None:
     import time
 
     from antidote_consumer.kafka import headers as h
@@ -144,8 +145,11 @@ def test_two_consumers_of_one_source_share_its_retry_topics_and_read_only_their_
     produce(kafka_bootstrap, source, [(b"k%d" % i, b"poison-%d" % i if i % 5 == 0 else b"m%d" % i, None)
                                       for i in range(40)])
     policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"}}
-    a = cu.settings(kafka_bootstrap, source, tmp_path, sink=topic_factory("-a"), name="a", policy=policy)
-    b = cu.settings(kafka_bootstrap, source, tmp_path, sink=topic_factory("-b"), name="b", policy=policy)
+    conf = cu.RETRY_PATHS[path]  # the executors pass over the others' records too
+    a = cu.settings(kafka_bootstrap, source, tmp_path, sink=topic_factory("-a"), name="a", policy=policy,
+                    spark_conf=conf)
+    b = cu.settings(kafka_bootstrap, source, tmp_path, sink=topic_factory("-b"), name="b", policy=policy,
+                    spark_conf=conf)
     assert a.topics.retry == b.topics.retry and a.topics.poison == b.topics.poison
     code, m = cu.run(spark, a)
     assert code == ExitCode.OK

@@ -19,12 +19,11 @@ from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.chosen import systemic_signal
 from antidote_consumer.worker.executor import RESULT_SCHEMA, WorkerConfig, process
-from antidote_consumer.worker.local import MAX_ROWS as MAX_LOCAL_ROWS
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
-from .frames import (BatchResult, attempts_before, frame, is_job_failure, running_tasks, segment_filter,
-                     skip_key, unaccounted, first_line)
+from .frames import (BatchResult, attempts_before, batch_keys, frame, is_job_failure, running_tasks,
+                     segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
 from .metrics import Metrics
@@ -45,7 +44,7 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
         max_held=s.max_held_per_key if s.ordering == "Key" else 0,
-        delays=tuple(d.ms for d in s.retries.cycle_delays))
+        delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id)
 
 
 # A task that died on this did not run its messages (see _isolate).
@@ -145,7 +144,7 @@ class Runtime(Settler):
             self.metrics.beat()
 
     def _execute(self, df, local_rows: list | None = None) -> BatchResult:
-        if local_rows is not None and self.local is not None and len(local_rows) <= MAX_LOCAL_ROWS:
+        if local_rows is not None and self.local is not None:
             try:
                 return self._collect(self.local.run(self.cfg, local_rows))
             except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
@@ -203,6 +202,8 @@ class Runtime(Settler):
                 result.ends[where] = max(r.offset, result.ends.get(where, -1))
             elif r.kind == "chains":
                 result.chains[r.partition] = r.error_message
+            elif r.kind == "waiting":
+                result.wait_at((r.topic, r.partition), r.offset, r.last_failure)
             else:
                 result.failures.append(r)
         return result
@@ -216,7 +217,7 @@ class Runtime(Settler):
         # overwrites it, and a replayed batch reads the same record first and overwrites its
         # own folder: idempotent. (Original offsets collide: a retried message's with the
         # batch it came from, partitions' with each other.)
-        first = mapped.filter("kind NOT IN ('summary', 'end', 'chains')").selectExpr(
+        first = mapped.filter("kind NOT IN ('summary', 'end', 'chains', 'waiting')").selectExpr(
             "min(struct(topic, partition, offset)) AS f").first().f
         if first is not None:
             out.write.mode("overwrite").format(self.s.sink.format).save(
@@ -224,8 +225,10 @@ class Runtime(Settler):
 
     # --- one batch, end to end -------------------------------------------------------------
     def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None,
-               local_rows: list | None = None) -> None:
-        """Process and commit a source batch (`batch_id`) or a retry batch (`positions`)."""
+               local_rows: list | None = None, due_by: int | None = None) -> BatchResult:
+        """Process and commit a source batch (`batch_id`) or a retry batch (`positions`: where
+        its partitions stand once it is done). `due_by`: a retry batch planned from offsets
+        (retry_plan), whose records the executors hold against that time."""
         with self.lock:
             if self.disabled:
                 raise self.disabled
@@ -240,6 +243,8 @@ class Runtime(Settler):
             if self.cfg.max_held:
                 # ordering Key: the tasks start from the chains the ledger committed.
                 self.cfg = dataclasses.replace(self.cfg, chains=json.dumps(self.ledger.state.held))
+            if due_by != self.cfg.due_by:
+                self.cfg = dataclasses.replace(self.cfg, due_by=due_by)
             started = time.monotonic()
             try:
                 result, isolated = self._execute_with_rollbacks(df, local_rows)
@@ -249,6 +254,7 @@ class Runtime(Settler):
                          f"batch {batch_id}" if batch_id is not None else "retry batch",
                          result.n_ok + len(result.failures), len(result.failures),
                          time.monotonic() - started, time.monotonic() - executed)
+                return result
             except QueueDisabled as err:
                 self._disable(err)
                 raise
@@ -300,8 +306,7 @@ class Runtime(Settler):
                                 "with ordering Key the batch is not bisected (it would break key "
                                 f"order), it stays unconsumed; last error: {first_line(err)}")
         df = frame(df)
-        keys = [tuple(r) for r in df.select("topic", "partition", "offset")
-                .orderBy("topic", "partition", "offset").collect()]
+        keys, waiting = batch_keys(df, self.cfg)
         # Every message of the batch gets its outcome here, the isolated ones too: the ends
         # come from all of them, not from the segments that succeeded.
         ends: dict[tuple[str, int], int] = {}
@@ -336,7 +341,7 @@ class Runtime(Settler):
                                 f"{first_line(err)}") from err
         self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions + stale)
         merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
-        merged.ends = ends
+        merged.ends, merged.waiting = ends, waiting
         if not iso.culprits:
             return merged, []
         if not iso.results:

@@ -3,7 +3,6 @@ pump over the retry topics, metrics, and a clean stop."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import signal
 import threading
@@ -22,13 +21,12 @@ from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
                                             partition_lags, reachable)
 from antidote_consumer.spark import arrow_batching
-from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_SCHEMA
 
 from .batches import QueueDisabled, Runtime
 from .ledger import LedgerFenced
 from .metrics import Metrics, stall_after
 from .outage_log import OutageLog
-from .retry_pump import RetryReader
+from .retry_pump import RetryPump, RetryReader
 
 log = logging.getLogger("antidote.consumer")
 
@@ -93,9 +91,11 @@ class Consumer:
             spark.conf.set(key, value)
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf,
                                max_bytes={topic: max_message_bytes(admin, topic) for topic in derived})
-        self.retry = RetryReader(settings.source.bootstrap_servers, list(t.retry), conf,
+        delays = {topic: d.ms for topic, d in zip(t.retry, settings.retries.cycle_delays)}
+        self.retry = RetryReader(settings.source.bootstrap_servers, delays, conf,
                                  owner=ledger_names(settings).consumer_id,
                                  on_expired=self._retry_expired) if t.retry else None
+        self.pump = RetryPump(settings, spark, self.runtime, metrics, self.retry) if self.retry else None
         # Topic depths (poison, dlq, retry) are exported with or without retry cycles: the
         # operator's poisonDepth trigger reads them. Read uncommitted, so they count up to the
         # high watermark: a read_committed end offset is the last stable offset, which lags a
@@ -113,7 +113,6 @@ class Consumer:
         self.pump_stop = threading.Event()  # ends the background pump (not the consumer)
         self.wake = threading.Event()  # the pump's sleep ends early: new retries, or a stop
         self.runtime.on_scheduled = self.wake.set
-        self.retry_lock = threading.Lock()  # one reader of the retry topics at a time
         self.depths_at = float("-inf")
         self.pump_errors = OutageLog("retry pump")
 
@@ -164,42 +163,10 @@ class Consumer:
                                 self.partitions, floor, start)
 
     # --- the retry pump -----------------------------------------------------------------
-    def _read_due(self):
-        if self.retry is None:
-            return None
-        return self.retry.read_due(self.runtime.ledger.state.positions, int(time.time() * 1000),
-                                   self.s.source.max_messages_per_batch)
-
-    def _due_frame(self, due):
-        df = self.spark.createDataFrame(due.rows, INPUT_SCHEMA).select(*INPUT_COLUMNS)
-        # ordering Key: one task, in read order, so a key's rows are decided in order (the rows
-        # would be split across tasks arbitrarily otherwise).
-        return df.coalesce(1) if self.s.ordering == "Key" else df
-
     def pump_once(self) -> tuple[int, int | None]:
         """Process the retry records due now; returns (records processed, next due ms).
         Nothing processed and no next due time means no retry is pending."""
-        if self.retry is None:
-            return 0, None
-        local = self.runtime.local
-        while local is not None and not local.warmed(0.5):  # outside the batch lock (see warmed)
-            if self.runtime.stopping.is_set():
-                return 0, None
-        with self.retry_lock:
-            due = self._read_due()
-            if due.rows:
-                try:
-                    self.runtime.handle(functools.cache(lambda: self._due_frame(due)),
-                                        positions=due.positions, local_rows=due.rows)
-                except BaseException:
-                    self.retry.forget()
-                    raise
-        if due.incomplete and not due.rows:
-            return 0, int(time.time() * 1000)  # unknown yet: ask again at once, not idle
-        # For dashboards: when the next parked message falls due (0: none is waiting).
-        self.metrics.retry_next_due.labels(**self.metrics.ids).set(
-            due.next_due / 1000 if due.next_due is not None else 0)
-        return len(due.rows), due.next_due
+        return self.pump.once() if self.pump is not None else (0, None)
 
     def _pump_loop(self) -> None:
         while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):

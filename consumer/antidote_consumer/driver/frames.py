@@ -75,6 +75,23 @@ def unaccounted(df, floor: dict[int, int]):
     return df.filter(F.col("offset") >= below)
 
 
+def batch_keys(df, cfg) -> tuple[list[tuple[str, int, int]], dict]:
+    """The (topic, partition, offset) of a batch that a bisection divides, in order. A planned
+    retry batch (`cfg.due_by`) is cut where its executors stop (retry_plan.cut_waiting): a
+    segment without the record a partition waits on would run what comes after it."""
+    from pyspark.sql import functions as F
+
+    from .retry_plan import cut_waiting
+
+    ordered = df.orderBy("topic", "partition", "offset")
+    if cfg.due_by is None:
+        return [tuple(r) for r in ordered.select("topic", "partition", "offset").collect()], {}
+    ours = F.filter("headers", lambda x: x.key.isin(h.DUE, h.CONSUMER))
+    rows = [(r.topic, r.partition, r.offset, [(x.key, x.value) for x in r.h or []])
+            for r in ordered.select("topic", "partition", "offset", ours.alias("h")).collect()]
+    return cut_waiting(rows, cfg.due_by, cfg.source_topic, cfg.owner, h.due_of, h.consumer_of)
+
+
 def segment_filter(keys):
     """A filter selecting exactly `keys` (topic, partition, offset), as offset ranges."""
     from pyspark.sql import functions as F
@@ -127,10 +144,21 @@ class BatchResult:
     ends: dict[tuple[str, int], int] = field(default_factory=dict)  # last offset read, by partition
     # ordering Key: source partition -> its chains after the batch (JSON), see worker.ordering
     chains: dict[int, str] = field(default_factory=dict)
+    # A planned retry batch: (topic, partition) -> (offset, due) of the first record the
+    # executors found not due yet; the partition's position stops there.
+    waiting: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+
+    def wait_at(self, where: tuple[str, int], offset: int, due: int) -> None:
+        if where not in self.waiting or offset < self.waiting[where][0]:
+            self.waiting[where] = (offset, due)
 
     def merge(self, other: BatchResult) -> BatchResult:
         ends = dict(self.ends)
         for where, last in other.ends.items():
             ends[where] = max(last, ends.get(where, -1))
-        return BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
-                           self.n_attempts + other.n_attempts, ends, {**self.chains, **other.chains})
+        out = BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
+                          self.n_attempts + other.n_attempts, ends, {**self.chains, **other.chains},
+                          dict(self.waiting))
+        for where, (offset, due) in other.waiting.items():
+            out.wait_at(where, offset, due)
+        return out

@@ -113,6 +113,14 @@ class Metrics:
                                     "When the earliest message waiting in a retry topic falls due, "
                                     "as the retry pump last read them; 0 when none waits.",
                                     LABELS, registry=r)
+        # How retry cycles ran: read and run beside the driver ("local"), or read and run by
+        # the executors from a plan of offsets ("executors"; spark.antidote.retry.localMaxRecords).
+        self.retry_batches = Counter("antidote_retry_batches", "Retry batches run, by where they "
+                                     "were read and run: local or executors.",
+                                     LABELS + ("path",), registry=r)
+        self.retry_records = Counter("antidote_retry_records", "Retry records run (attempted or "
+                                     "held), by the path of their batch: local or executors.",
+                                     LABELS + ("path",), registry=r)
         self.isolation_runs = Counter("antidote_isolation_executions",
                                       "Batch re-executions spent isolating crashing messages.",
                                       LABELS, registry=r)

@@ -95,7 +95,10 @@ class Settler:
                           error_message=r.error_message, stack=r.stack, consumer=self.consumer_id,
                           policy=s.policy)
             if r.kind in ("held", "overflow"):  # ordering Key: never attempted here
-                records.append(self._held_record(r, user, common))
+                # A retry record's timestamp is this settle's time, when its due time was set:
+                # the retry pump plans from timestamps (retry_plan).
+                held = self._held_record(r, user, common)
+                records.append(held + (now,) if r.kind == "held" else held)
                 if r.kind == "held":
                     dues.append(r.last_failure)
                 else:
@@ -110,7 +113,7 @@ class Settler:
                 hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
                 topic = s.topics.retry[r.cycle]
                 hdrs = self._fitted(topic, r.key, r.value, hdrs, row_at(r))
-                records.append((topic, r.opartition % self.partitions, r.key, r.value, hdrs))
+                records.append((topic, r.opartition % self.partitions, r.key, r.value, hdrs, now))
                 counts["retried"] += 1
                 self.metrics.retries_scheduled.labels(**self.metrics.ids, cycle=str(cycle)).inc()
                 continue
@@ -142,6 +145,10 @@ class Settler:
                     state.positions[key] = last + 1
         if positions:
             state.positions.update(positions)
+            for (topic, partition), (offset, _due) in result.waiting.items():
+                key = f"{topic}:{partition}"  # stopped at a record not due yet: read it again
+                if key in positions:
+                    state.positions[key] = min(positions[key], offset)
         self.ledger.commit(state, records)
         retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
         if capped:

@@ -25,7 +25,9 @@ COMMIT_TIMEOUT_S = 60.0
 # What librdkafka and the broker say to a producer whose transactional id a newer one took.
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
-Record = tuple[str, int | None, bytes | None, bytes | None, list]  # topic, partition, key, value, headers
+# topic, partition, key, value, headers[, timestamp]: a timestamp (epoch ms) sets the record's
+# CreateTime (retry records carry their settle time, see driver.retry_plan); else the client's now.
+Record = tuple  # (str, int | None, bytes | None, bytes | None, list[, int])
 
 
 class Fenced(RuntimeError):
@@ -117,7 +119,8 @@ class TransactionalWriter:
             raise
 
     def _produce_all(self, p: Producer, records: Iterable[Record], before) -> None:
-        for topic, partition, key, value, headers in records:
+        for topic, partition, key, value, headers, *stamp in records:
+            ts = stamp[0] if stamp else 0  # 0: librdkafka's now
             if before is not None:
                 before(topic)
             # Spark hands binary columns over as bytearray; the client wants bytes.
@@ -126,9 +129,9 @@ class TransactionalWriter:
             while True:
                 try:
                     if partition is None:
-                        p.produce(topic, value, key, headers=headers)
+                        p.produce(topic, value, key, headers=headers, timestamp=ts)
                     else:
-                        p.produce(topic, value, key, partition=partition, headers=headers)
+                        p.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
                     break
                 except BufferError:  # the local queue is full: let the network catch up
                     p.poll(0.1)

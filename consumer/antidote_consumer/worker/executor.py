@@ -32,7 +32,9 @@ INPUT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in INPUT_FIELDS)
 # Rows the driver gets back: failed messages (and, for path sinks, outputs), plus one
 # "summary" row per task and an "end" row per (topic, partition) read, whose offset is the
 # last one the task read there (whatever its outcome). o* columns are the original coordinates; topic/partition/offset
-# are where the record was read (the source or a retry topic).
+# are where the record was read (the source or a retry topic). A planned retry batch adds a
+# "waiting" row per retry partition it stopped in: the offset of its first record not due
+# by the plan's time, and that record's due time in last_failure.
 RESULT_COLUMNS = [
     ("kind", "string"), ("key", "binary"), ("value", "binary"), ("headers", HEADERS),
     ("otopic", "string"), ("opartition", "int"), ("ooffset", "long"), ("ots", "long"),
@@ -70,13 +72,19 @@ class WorkerConfig:
     max_held: int = 0
     chains: str = ""
     delays: tuple[int, ...] = ()
+    # Retry records are passed over unless this consumer wrote them (`namespace/name`; a retry
+    # topic is shared by the QueueConsumers of one source). A retry batch planned from offsets
+    # (driver.retry_plan) gives its time: a record due later stops its partition, unattempted.
+    owner: str | None = None
+    due_by: int | None = None
 
 
 _cache: dict[Any, Any] = {}
 
 
 def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
-    key = ("plan", repr(dataclasses.replace(cfg, chains="")))  # dicts: not hashable; chains change
+    # dicts: not hashable; chains and due_by change with every batch
+    key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None)))
     if key not in _cache:
         from antidote_api.policy import Validation
         from antidote_api.semantics import message_checker
@@ -146,6 +154,9 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     n_ok = n_attempts = 0
     ends: dict[tuple[str, int], int] = {}
     faulted: set[tuple[str, int]] = set()  # (topic, partition) stopped at a poison message
+    # (topic, partition) -> (offset, due) of the record a planned retry batch stops at
+    waiting: dict[tuple[str, int], tuple[int, int]] = {}
+    owner, due_by = cfg.owner, cfg.due_by
     source = cfg.source_topic
     fault_stops = cfg.fault_stops
     skip = cfg.skip
@@ -164,6 +175,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                 keys, values, topics, parts, offsets, stamps, headers):
             if faulted and (topic, partition) in faulted:
                 continue  # left unconsumed: the consumer stops at the poison message before it
+            if waiting and (topic, partition) in waiting:
+                continue  # behind a record not due yet: a later batch reads it
             if skip and (topic, partition, offset) in skip:
                 continue  # already in the poison topic, and counted, by `antidote skip`
             user = [(x["key"], x["value"]) for x in raw] if raw else ()
@@ -174,6 +187,15 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                 shown = h.user_headers(user) if user and _has_ours(user) else user
                 msg = Message(key, value, tuple(shown) if shown else (), topic, partition, offset, ts)
             else:
+                if owner is not None:
+                    wrote = h.consumer_of(user)
+                    if wrote is not None and wrote != owner:
+                        continue  # another QueueConsumer's, sharing the topic: not ours to run
+                if due_by is not None:
+                    due = h.due_of(user)
+                    if due > due_by:
+                        waiting[(topic, partition)] = (offset, due)
+                        continue
                 try:
                     state = h.retry_state(user)
                     if state.cycle > cfg.cycles:
@@ -272,15 +294,19 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             raise RuntimeError(f"sink topic {sink_topic}: {len(_sink_errors)} outputs refused, "
                                f"{remaining} unsent after {SINK_WAIT_S:g}s; errors: {_sink_errors[:3]}")
     chains = order.results() if order is not None else []
-    n = 1 + len(ends) + len(chains)
+    n = 1 + len(ends) + len(chains) + len(waiting)
     summary = {name: [None] * n for name in RESULT_FIELDS}
     # "chains" rows: a source partition's chains after this task (ordering Key), as JSON.
-    summary.update(kind=["summary"] + ["end"] * len(ends) + ["chains"] * len(chains),
+    summary.update(kind=["summary"] + ["end"] * len(ends) + ["chains"] * len(chains)
+                   + ["waiting"] * len(waiting),
                    n_ok=[n_ok] + [0] * (n - 1), n_attempts=[n_attempts] + [0] * (n - 1),
-                   topic=[None] + [t for t, _ in ends] + [None] * len(chains),
-                   partition=[None] + [p for _, p in ends] + [p for p, _ in chains],
-                   offset=[None] + list(ends.values()) + [None] * len(chains),
-                   error_message=[None] * (1 + len(ends)) + [c for _, c in chains])
+                   topic=[None] + [t for t, _ in ends] + [None] * len(chains) + [t for t, _ in waiting],
+                   partition=[None] + [p for _, p in ends] + [p for p, _ in chains]
+                   + [p for _, p in waiting],
+                   offset=[None] + list(ends.values()) + [None] * len(chains)
+                   + [o for o, _ in waiting.values()],
+                   error_message=[None] * (1 + len(ends)) + [c for _, c in chains] + [None] * len(waiting),
+                   last_failure=[None] * (n - len(waiting)) + [d for _, d in waiting.values()])
     yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())
 
 

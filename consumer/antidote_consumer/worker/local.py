@@ -1,5 +1,6 @@
 """Small retry batches without a Spark job: the same `worker.process`, in one long-lived
-Python process beside the driver.
+Python process beside the driver (below spark.antidote.retry.localMaxRecords due records;
+larger cycles are read and run by the executors, see driver.retry_plan).
 
 A Spark job costs about a second however few rows it has (measured: 1.2-2.9 s for ~100
 retry records), and retry batches are small and frequent. The handler still never runs in
@@ -20,9 +21,6 @@ from concurrent.futures.process import BrokenProcessPool
 from .executor import INPUT_FIELDS, WorkerConfig, arrow_schema
 
 log = logging.getLogger("antidote.consumer")
-
-MAX_ROWS = 10_000  # above this a Spark job's parallelism is worth its start-up
-
 
 class LocalWorkerDied(Exception):
     """The local worker process died with the batch: run it as a Spark job instead."""
