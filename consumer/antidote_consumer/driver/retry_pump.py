@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.spark_conf import tunable
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.headers import consumer_of, due_of
-from antidote_consumer.kafka.retry import retrying
+from antidote_consumer.kafka.retry import LEADER_MOVED, retrying
 from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_SCHEMA
 
 from .batches import Runtime
@@ -95,8 +95,16 @@ class RetryReader:
 
         def ask():
             futures = self.admin.list_offsets(specs, isolation_level=level, request_timeout=10)
-            return {(tp.topic, tp.partition): (r.offset, r.timestamp)
-                    for tp, r in ((tp, f.result()) for tp, f in futures.items())}
+            try:
+                return {(tp.topic, tp.partition): (r.offset, r.timestamp)
+                        for tp, r in ((tp, f.result()) for tp, f in futures.items())}
+            except KafkaException as err:
+                # A leader that moved or restarted (a broker crash): the client asked with the
+                # leader and epoch it cached. Refresh its metadata, then `retrying` asks again.
+                code = err.args[0].code() if err.args and isinstance(err.args[0], KafkaError) else None
+                if code in LEADER_MOVED:
+                    self.admin.list_topics(timeout=10)
+                raise
         return retrying(ask, f"retry topics {', '.join(self.topics)}: reading their offsets")
 
     def _expired(self, topic: str, partition: int, start: int, low: int) -> None:

@@ -11,9 +11,14 @@ from confluent_kafka import KafkaError, KafkaException
 
 T = TypeVar("T")
 
-TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-             KafkaError.REQUEST_TIMED_OUT}
+# A partition's leader moved or restarted: a client that asked with the leader and epoch it
+# had cached gets one of these until its metadata is refreshed (make test's broker crash
+# caught FENCED_LEADER_EPOCH from the retry pump's ListOffsets ending a consumer).
+LEADER_MOVED = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+                KafkaError.OFFSET_NOT_AVAILABLE}
+TRANSIENT = LEADER_MOVED | {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT,
+                            KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 
 
 def retrying(call: Callable[[], T], what: str, timeout: float = 30.0) -> T:
