@@ -24,7 +24,6 @@ import argparse
 import os
 import random
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import yaml  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from antidote_devstack.procs import terminate as stop  # noqa: E402
 from benchmarks import bench_stack  # noqa: E402
 from benchmarks.consumer_pages import FakeConsumers, free_port  # noqa: E402
 
@@ -194,14 +194,6 @@ def py_spy() -> str:
     return found
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def rss_mb(pid: int) -> tuple[float, float]:

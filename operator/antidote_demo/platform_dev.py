@@ -7,7 +7,6 @@ No root and no image build: an edit to the checkout is in the next run (docs/ope
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -118,13 +117,9 @@ class DevPlatform:
                 f"  consumer logs                            {self.workdir / 'dev-runner'}"]
 
     def stop(self) -> None:
+        from antidote_devstack.procs import terminate
+
         for proc in (self._operator, self._accounts):
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            if proc is not None:
+                terminate(proc)
         self._operator = self._accounts = None

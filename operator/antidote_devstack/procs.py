@@ -181,3 +181,15 @@ class Supervisor:
                 raise StackError(step, f"{name} not ready after {timeout:.0f}s; last lines of "
                                  f"{self.log(name)}:\n" + self.tail(name))
             time.sleep(0.2)
+
+
+def terminate(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """SIGTERM a child this process started, wait `grace` seconds, then SIGKILL it."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
