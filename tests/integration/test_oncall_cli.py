@@ -121,7 +121,8 @@ def test_resume_and_drain_write_what_the_operator_acts_on(k: Cluster, kubeconfig
         wait_for(lambda: "antidote.dev/resume" not in (k.qc("orders")["metadata"].get("annotations") or {}),
                  "the operator to consume the resume annotation")
         assert k.qc("orders")["spec"]["paused"] is False
-        assert "Resumed" in k.event_reasons("orders")
+        # Events are posted after the status write that records them: wait for it.
+        wait_for(lambda: "Resumed" in k.event_reasons("orders"), "the Resumed Event")
 
         out = cli("resume", "orders", "-n", k.ns, kubeconfig=kubeconfig)
         assert out.returncode == 1

@@ -115,6 +115,8 @@ def test_a_hanging_message_does_not_scale_up_and_a_real_backlog_does(
         up = wait_for(lambda: (e := executors(k, "orders")).get("current") == 4 and e,
                       "the scale-up to 4 executors", timeout=HANG_LIMIT_S + 60)
         assert up["reason"] in ("ScaledUp", "Steady") and up["lastScaleTime"], up
+        # The operator posts Events after the status write that records them: wait for it.
+        wait_for(lambda: "ScaledUp" in k.event_reasons("orders"), "the ScaledUp Event")
         (ev,) = [e for e in k.events("orders") if e.reason == "ScaledUp"]
         assert ev.type == "Normal" and "Scaled up from 1 to 4" in ev.message, ev.message
         assert "record(s) of lag in 4 partition(s)" in ev.message
