@@ -128,3 +128,27 @@ def test_check_handler_names_the_handler_and_the_import_error(tmp_path, monkeypa
                                                    "failed: RuntimeError: no config file")
     assert check_handler("hangs_at_import:f", timeout=1) == (
         "handler 'hangs_at_import:f': importing it did not finish in 1s")
+
+
+def _lookup(doc: dict) -> int:
+    return doc["order"]["total"] + 1
+
+
+def test_the_stack_is_the_standard_traceback_without_the_caret_lines() -> None:
+    import traceback
+
+    from antidote_consumer.worker.attempts import stack_text
+
+    try:
+        try:
+            _lookup({"order": {}})
+        except KeyError as err:
+            raise ValueError("order cannot be priced") from err
+    except ValueError as err:
+        caught = err
+    standard = "".join(traceback.format_exception(type(caught), caught, caught.__traceback__))
+    assert "^^^" in standard  # Python's own marks what failed on the line
+    without = "".join(line for line in standard.splitlines(keepends=True)
+                      if line.strip().strip("^~") != "" or not line.strip())
+    assert stack_text(caught) == without
+    assert "KeyError: 'total'" in without and "direct cause" in without

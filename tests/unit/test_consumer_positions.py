@@ -46,7 +46,10 @@ def test_the_ends_are_the_last_offset_read_per_topic_and_partition() -> None:
     _note_ends(_batch([("a", 0, 5), ("a", 0, 9), ("a", 1, 2), ("b", 0, 4)]), ends)
     _note_ends(_batch([("a", 0, 7), ("a", 0, 11)]), ends)
     _note_ends(_batch([]), ends)
+    _note_ends(_batch([("a", 1, 1)]), ends)  # one group, behind what is known: kept
     assert ends == {("a", 0): 11, ("a", 1): 2, ("b", 0): 4}
+    _note_ends(_batch([("b", 0, 6), ("c", 0, 3)]), ends)  # one partition, two topics
+    assert ends == {("a", 0): 11, ("a", 1): 2, ("b", 0): 6, ("c", 0): 3}
 
 
 def test_merged_results_keep_the_largest_end() -> None:

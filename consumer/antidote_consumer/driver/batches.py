@@ -224,11 +224,39 @@ class Runtime(Settler):
                 f"{self.s.sink.path.rstrip('/')}/batch={first.topic}-{first.partition}-{first.offset}")
 
     # --- one batch, end to end -------------------------------------------------------------
+    def run_ahead(self, local_rows: list) -> tuple[bool, BatchResult | None]:
+        """A small retry batch's handler calls in the local worker, before `handle` takes the
+        batch lock: (ran, result). Its settle still waits for the lock, but a source batch no
+        longer waits for the calls (measured at 1% poison: a fifth of the time the lock was
+        held). `ran` False: not here (ordering Key needs the chains the lock protects; no
+        local worker; a disabled or stopping queue); `result` None: the local worker failed,
+        and `handle(local_failed=True)` runs the batch as a Spark job under the lock, as it
+        would have after that failure."""
+        if self.local is None or self.cfg.max_held or self.disabled or self.stopping.is_set():
+            return False, None
+        cfg = self.cfg  # one snapshot: a source batch replaces self.cfg, never changes it
+        if cfg.due_by is not None:
+            cfg = dataclasses.replace(cfg, due_by=None)
+        self.metrics.beat()
+        try:
+            return True, self._collect(self.local.run(cfg, local_rows))
+        except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
+            if self.stopping.is_set():
+                raise
+            log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
+                        first_line(err))
+            return True, None
+        finally:
+            self.metrics.beat()
+
     def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None,
-               local_rows: list | None = None, due_by: int | None = None) -> BatchResult:
+               local_rows: list | None = None, due_by: int | None = None,
+               ran: BatchResult | None = None, local_failed: bool = False) -> BatchResult:
         """Process and commit a source batch (`batch_id`) or a retry batch (`positions`: where
         its partitions stand once it is done). `due_by`: a retry batch planned from offsets
-        (retry_plan), whose records the executors hold against that time."""
+        (retry_plan), whose records the executors hold against that time. `ran`: a retry
+        batch `run_ahead` already ran, to settle; `local_failed`: run_ahead's local run of it
+        failed."""
         with self.lock:
             if self.disabled:
                 raise self.disabled
@@ -247,7 +275,10 @@ class Runtime(Settler):
                 self.cfg = dataclasses.replace(self.cfg, due_by=due_by)
             started = time.monotonic()
             try:
-                result, isolated = self._execute_with_rollbacks(df, local_rows)
+                if ran is not None:
+                    result, isolated = ran, []
+                else:
+                    result, isolated = self._execute_with_rollbacks(df, local_rows, local_failed)
                 executed = time.monotonic()
                 self._settle(result, isolated, batch_id, positions)
                 log.info("%s: %d messages, %d failed, in %.2fs (commit %.2fs)",
@@ -273,12 +304,17 @@ class Runtime(Settler):
         return {int(k[len(prefix):]): v for k, v in self.ledger.state.positions.items()
                 if k.startswith(prefix)}
 
-    def _execute_with_rollbacks(self, df, local_rows: list | None = None) -> tuple[BatchResult, list]:
+    def _execute_with_rollbacks(self, df, local_rows: list | None = None,
+                                local_failed: bool = False) -> tuple[BatchResult, list]:
+        """`local_failed`: the local worker already failed this batch once (run_ahead), so its
+        first run here is the Spark job that failure leads to; a rollback tries both again."""
         threshold = self.s.queue_disable.consecutive_batch_failures
+        first = True
         while True:
             try:
-                return self.execute(df, local_rows), []
+                return self.execute(df, None if first and local_failed else local_rows), []
             except Exception as err:  # noqa: BLE001 - a whole-batch failure: a rollback
+                first = False
                 if self.stopping.is_set() or not is_job_failure(err):
                     raise
                 n = self._rollback(err)

@@ -246,8 +246,12 @@ class RetryPump:
         due = self.reader.read_due(planned, limit)
         if due.rows:
             try:
+                # The handler calls outside the batch lock where they can be (Runtime.run_ahead);
+                # a failed local run goes straight to a Spark job, as it would under the lock.
+                tried, ran = self.runtime.run_ahead(due.rows)
                 self.runtime.handle(functools.cache(lambda: self._rows_frame(due.rows)),
-                                    positions=due.positions, local_rows=due.rows)
+                                    positions=due.positions, local_rows=due.rows, ran=ran,
+                                    local_failed=tried and ran is None)
             except BaseException:
                 self.reader.forget()
                 raise

@@ -319,10 +319,24 @@ def _has_ours(headers) -> bool:
 
 def _note_ends(batch, ends: dict[tuple[str, int], int]) -> None:
     """The last offset of each (topic, partition) in an Arrow batch, folded into `ends`.
-    Vectorized: a Kafka source task reads one partition, so this is one group."""
+
+    A Kafka source task reads one partition, so a batch is almost always one group: that
+    case is three vectorized reductions. A group-by (Acero) cost ~20% of a worker's time at
+    every batch size measured (benchmarks/steady_state.py, profiled), so it is kept for the
+    batch that really mixes partitions (a retry batch read by the local worker)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if batch.num_rows == 0:
+        return
+    parts = pc.min_max(batch.column("partition"))
+    low, high = parts["min"].as_py(), parts["max"].as_py()
+    topics = batch.column("topic")
+    first = topics[0].as_py()
+    if low == high and topics.null_count == 0 and pc.all(pc.equal(topics, first)).as_py():
+        last = pc.max(batch.column("offset")).as_py()
+        if last > ends.get((first, low), -1):
+            ends[(first, low)] = last
         return
     table = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])])
     groups = table.group_by(["topic", "partition"]).aggregate([("offset", "max")])

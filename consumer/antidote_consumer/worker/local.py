@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -59,17 +60,23 @@ class LocalWorker:
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
         self._warming: Future | None = None
+        # `warm` comes from a source batch's settle, `run` from the retry pump's thread
+        # (outside the batch lock): one process between them.
+        self._lock = threading.Lock()
 
     def _started(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            return self._pool
 
     def warm(self, cfg: WorkerConfig) -> None:
         """Start the process, import the handler and connect the sink in the background, once:
         the first retry batch is due a cycle delay later and should not wait ~1 s for that."""
-        if self._pool is None:
-            self._warming = self._started().submit(_warm, cfg)  # a failure shows again in run()
+        with self._lock:
+            if self._pool is not None:
+                return
+        self._warming = self._started().submit(_warm, cfg)  # a failure shows again in run()
 
     def warmed(self, timeout: float) -> bool:
         """Whether the start-up `warm` began has ended (waiting up to `timeout`). The retry
