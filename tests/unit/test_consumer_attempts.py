@@ -152,3 +152,28 @@ def test_the_stack_is_the_standard_traceback_without_the_caret_lines() -> None:
                       if line.strip().strip("^~") != "" or not line.strip())
     assert stack_text(caught) == without
     assert "KeyError: 'total'" in without and "direct cause" in without
+
+
+def test_the_stack_of_an_implicit_chain_and_of_a_suppressed_one_reads_as_pythons() -> None:
+    import traceback
+
+    from antidote_consumer.worker.attempts import stack_text
+
+    def standard(e: BaseException) -> str:
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        return "".join(line for line in text.splitlines(keepends=True)
+                       if line.strip().strip("^~") != "" or not line.strip())
+
+    for suppress in (False, True):
+        try:
+            try:
+                _lookup({})
+            except KeyError:
+                if suppress:
+                    raise RuntimeError("lookup failed") from None
+                raise RuntimeError("lookup failed")
+        except RuntimeError as err:
+            caught = err
+        assert stack_text(caught) == standard(caught)
+        assert ("During handling" in stack_text(caught)) is not suppress
+    assert stack_text(ValueError("never raised")) == "ValueError: never raised\n"

@@ -9,7 +9,7 @@ import pyarrow as pa
 from antidote_consumer.driver.ledger import BATCH, LedgerState
 from antidote_consumer.driver.consumer import starting_offsets
 from antidote_consumer.driver.frames import BatchResult
-from antidote_consumer.worker.executor import INPUT_FIELDS, _note_ends, arrow_schema
+from antidote_consumer.worker.executor import INPUT_FIELDS, _note_ends, _note_one_partition, arrow_schema
 
 
 def test_a_consumer_the_ledger_knows_nothing_of_starts_as_its_policy_says() -> None:
@@ -50,6 +50,17 @@ def test_the_ends_are_the_last_offset_read_per_topic_and_partition() -> None:
     assert ends == {("a", 0): 11, ("a", 1): 2, ("b", 0): 4}
     _note_ends(_batch([("b", 0, 6), ("c", 0, 3)]), ends)  # one partition, two topics
     assert ends == {("a", 0): 11, ("a", 1): 2, ("b", 0): 6, ("c", 0): 3}
+
+
+def test_a_batch_of_one_partition_is_noted_from_its_lists_and_a_mixed_one_is_not() -> None:
+    ends: dict = {("a", 0): 20}
+    assert _note_one_partition(["a", "a", "a"], [1, 1, 1], [4, 9, 7], ends)
+    assert _note_one_partition(["a"], [0], [12], ends)  # behind what is known: kept
+    assert _note_one_partition([], [], [], ends)
+    assert ends == {("a", 0): 20, ("a", 1): 9}
+    assert not _note_one_partition(["a", "a"], [0, 1], [30, 31], ends)
+    assert not _note_one_partition(["a", "b"], [0, 0], [30, 31], ends)
+    assert ends == {("a", 0): 20, ("a", 1): 9}  # left to _note_ends
 
 
 def test_merged_results_keep_the_largest_end() -> None:

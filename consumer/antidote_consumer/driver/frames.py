@@ -4,10 +4,15 @@ what an isolated record says, the offsets a batch left unaccounted, Spark's runn
 from __future__ import annotations
 
 import time
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.attempts import Reason
+from antidote_consumer.worker.executor import RESULT_FIELDS
+
+# A failed row of RESULT_SCHEMA as the driver keeps it (see Runtime._collect).
+Failure = namedtuple("Failure", RESULT_FIELDS)
 
 
 def running_tasks(spark) -> int:

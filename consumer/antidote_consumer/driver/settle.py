@@ -18,7 +18,7 @@ from antidote_consumer.worker.attempts import Reason, Verdict
 from antidote_consumer.worker.chosen import retry_delay_ms, systemic_signal
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
 
-from .frames import BatchResult, isolated_at, now_ms, origin_of, row_at
+from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
 
 log = logging.getLogger("antidote.consumer")
 
@@ -87,6 +87,7 @@ class Settler:
         bound_d = retry_after_bound(s.retries)
         bound = bound_d.ms if bound_d is not None else None
         capped = 0  # Retry(after=...) longer than the bound
+        scheduled: dict[int, int] = {}  # retry cycle -> messages parked for it
         for r in result.failures:
             user = [(x.key, x.value) for x in (r.headers or [])]
             origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
@@ -112,13 +113,13 @@ class Settler:
                 dues.append(due)
                 hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
                 topic = s.topics.retry[r.cycle]
-                hdrs = self._fitted(topic, r.key, r.value, hdrs, row_at(r))
+                hdrs = self._fitted(topic, r.key, r.value, hdrs, r)
                 records.append((topic, r.opartition % self.partitions, r.key, r.value, hdrs, now))
                 counts["retried"] += 1
-                self.metrics.retries_scheduled.labels(**self.metrics.ids, cycle=str(cycle)).inc()
+                scheduled[cycle] = scheduled.get(cycle, 0) + 1
                 continue
             poisoned.append((r.reason, r.error_class, origin))
-            records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common, row_at(r))
+            records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common, r)
         for raw, attempts, error in isolated:
             origin, user, cycle = origin_of(raw, s.source.topic)
             common = dict(origin=origin, attempts=attempts, first_failure=now, last_failure=now,
@@ -164,6 +165,8 @@ class Settler:
 
         m, ids = self.metrics, self.metrics.ids
         m.count("processed", result.n_ok)
+        for cycle, n in scheduled.items():
+            m.retries_scheduled.labels(**ids, cycle=str(cycle)).inc(n)
         m.count("retried", retried)
         m.count(outcome, len(poisoned))
         m.count("moved", len(overflowed))
@@ -204,12 +207,12 @@ class Settler:
         else:
             topic = s.topics.poison
             hdrs = user + h.failure_headers(cycle=0, reason=HELD_OVERFLOW, disposition="Move", **base)
-        hdrs = self._fitted(topic, r.key, r.value, hdrs, row_at(r))
+        hdrs = self._fitted(topic, r.key, r.value, hdrs, r)
         if r.kind != "held" and s.native_headers:  # quarantined, like any disposition's record
             hdrs = with_native(r.key, r.value, hdrs, s.native_headers, s.handler, self.max_bytes.get(topic))
         return (topic, r.opartition % self.partitions, r.key, r.value, hdrs)
 
-    def _disposition(self, key, value, user, cycle, reason, common, at: dict) -> list:
+    def _disposition(self, key, value, user, cycle, reason, common, at) -> list:
         s = self.s
         if s.disposition == "Drop":
             return []
@@ -220,8 +223,10 @@ class Settler:
             hdrs = with_native(key, value, hdrs, s.native_headers, s.handler, self.max_bytes.get(topic))
         return [(topic, common["origin"].partition % self.partitions, key, value, hdrs)]
 
-    def _fitted(self, topic: str, key, value, hdrs: list, at: dict) -> list:
-        """`hdrs` with Antidote's texts shortened so the record fits `topic`. A record that
+    def _fitted(self, topic: str, key, value, hdrs: list, at) -> list:
+        """`hdrs` with Antidote's texts shortened so the record fits `topic`; `at`: where the
+        record was read, a failed row or already `row_at`'s dict (made only for the error,
+        not for every record). A record that
         cannot fit even so (its key, value and own headers alone are too large) stops the
         consumer at it, as a Fault would, with reason too-large: dropping it would lose it, and
         a commit the broker refuses would fail the batch over and over. Nothing of the batch
@@ -233,6 +238,7 @@ class Settler:
         if fitted is not None:
             return fitted
         size = h.record_size(key, value, h.user_headers(hdrs))
+        at = row_at(at) if isinstance(at, Failure) else at
         where = f"{at['topic']}/{at['partition']}/{at['offset']}"
         raise QueueDisabled(
             "Fault", f"the message at {where} cannot be written to {topic} (reason {TOO_LARGE}): "
