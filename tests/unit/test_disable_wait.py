@@ -20,6 +20,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from antidote_api.wire import DISABLE_WAIT_HEADER, DISABLE_WAIT_MAX, DISABLE_WAIT_PARAM
 from antidote_consumer.driver.metrics import Metrics, wait_seconds
 from antidote_operator.context import Options
+from antidote_operator.disable_wait import parse_answer, request_for
 from antidote_operator.metrics import OperatorMetrics
 from antidote_operator.state import Registry
 from antidote_operator.watcher import Watcher
@@ -72,6 +73,28 @@ def test_the_driver_answers_a_waiting_scrape_when_it_disables() -> None:
     # A restart that clears the flag makes it wait again.
     m.set_disabled(None)
     assert get(f"{url}?{DISABLE_WAIT_PARAM}=0.1")[0] == 204
+
+
+def test_the_operators_request_and_its_reading_of_answers() -> None:
+    host, port, tls, req = request_for("http://orders.shop.svc:9090/metrics")
+    assert (host, port, tls) == ("orders.shop.svc", 9090, False)
+    assert req == (f"GET /metrics?{DISABLE_WAIT_PARAM}=25 HTTP/1.0\r\nHost: orders.shop.svc:9090\r\n"
+                   "Accept: text/plain\r\n\r\n").encode()
+    host, port, tls, req = request_for("https://u:p@[::1]/a/metrics?x=1")
+    assert (host, port, tls) == ("::1", 443, True)
+    assert req.startswith(f"GET /a/metrics?x=1&{DISABLE_WAIT_PARAM}=25 HTTP/1.0\r\nHost: [::1]\r\n".encode())
+    for bad in ("ftp://x/metrics", "/metrics"):
+        try:
+            request_for(bad)
+        except ValueError as err:
+            assert bad in str(err)
+        else:
+            raise AssertionError(bad)
+    ok = parse_answer(b"HTTP/1.0 200 OK\r\nContent-Length: 4\r\nX-Antidote-Wait-Disabled: 1\r\n\r\npageXX")
+    assert ok == (200, {"content-length": "4", "x-antidote-wait-disabled": "1"}, b"page")
+    assert parse_answer(b"HTTP/1.1 204 No Content\r\n\r\n") == (204, {}, b"")
+    assert parse_answer(b"HTTP/1.0 200 OK\r\nContent-") is None  # cut off in its head
+    assert parse_answer(b"SSH-2.0-OpenSSH\r\n\r\n") is None
 
 
 def watcher(interval: float) -> tuple[Watcher, list[tuple[str, str]], Registry]:
