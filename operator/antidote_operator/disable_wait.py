@@ -182,8 +182,6 @@ class Held:
         metrics.scrapes.labels("waited" if supported else "ok").inc()
         self.waits.watcher.consider(st, body)
         if not supported:
-            log.info("%s/%s does not answer waiting scrapes (an older consumer): scraped "
-                     "every %gs only", st.namespace, st.name, interval)
             self.waits.give_up(self, UNSUPPORTED_RETRY)
             return
         # Answered with a page: the disabling (or a restart into it). At most one such
@@ -211,6 +209,7 @@ class DisableWaits:
         self.held: dict[Key, Held] = {}
         self.unsupported: dict[Key, float] = {}  # key -> monotonic time to ask again
         self._tls: ssl.SSLContext | None = None
+        self.told: set[Key] = set()  # consumers whose giving up was logged
 
     def tls(self) -> ssl.SSLContext:
         """One context for every https consumer (building one reads the CA bundle)."""
@@ -236,6 +235,10 @@ class DisableWaits:
 
     def give_up(self, held: Held, retry_after: float) -> None:
         key = (held.st.namespace, held.st.name)
+        if key not in self.told:  # once per consumer, not at every retry
+            self.told.add(key)
+            log.info("%s/%s does not answer waiting scrapes (an older consumer?): scraped every "
+                     "%gs only, asked again every %gs", *key, self.interval, retry_after)
         held.close()
         if self.held.get(key) is held:
             del self.held[key]
