@@ -1,6 +1,12 @@
 """The operator benchmark's load generator: one /metrics page per QueueConsumer, rendered by
 the consumer's own Metrics class and served by one aiohttp server, standing in for 1,000
-Spark drivers no machine of this size could run (the operator under test is unmodified)."""
+Spark drivers no machine of this size could run (the operator under test is unmodified).
+
+Waiting scrapes (`?antidote_wait_disabled=<s>`, antidote_api.wire) are answered as the
+driver's metrics server answers them (`antidote_consumer.driver.metrics`): the page as soon
+as the consumer disables its queue, 204 after the wait otherwise, both with the header.
+`waiting=False` serves consumers that do not know the parameter (older images): the page at
+once, without the header, so the operator falls back to its periodic scrapes."""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ import time
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from antidote_consumer.driver.metrics import Metrics
+from antidote_api.wire import DISABLE_WAIT_HEADER
+from antidote_consumer.driver.metrics import Metrics, wait_seconds
 
 
 def free_port() -> int:
@@ -25,8 +32,10 @@ def free_port() -> int:
 class FakeConsumers:
     """Serves /<namespace>/<name>/metrics for many consumers from one aiohttp server."""
 
-    def __init__(self) -> None:
+    def __init__(self, waiting: bool = True) -> None:
+        self.waiting = waiting
         self.metrics: dict[tuple[str, str], Metrics] = {}
+        self.disabled: dict[tuple[str, str], asyncio.Event] = {}  # set while disabled
         self.pages: dict[tuple[str, str], bytes] = {}
         self.hits: dict[tuple[str, str], int] = {}
         self.port = free_port()
@@ -47,7 +56,15 @@ class FakeConsumers:
         page = self.pages.get(key)
         if page is None:
             raise web.HTTPNotFound()
-        self.hits[key] = self.hits.get(key, 0) + 1
+        wait = wait_seconds(request.query_string) if self.waiting else None
+        if wait is not None:
+            try:
+                await asyncio.wait_for(self.disabled[key].wait(), wait)
+            except asyncio.TimeoutError:
+                return web.Response(status=204, headers={DISABLE_WAIT_HEADER: "1"})
+            return web.Response(body=self.pages[key], content_type="text/plain",
+                                headers={DISABLE_WAIT_HEADER: "1"})
+        self.hits[key] = self.hits.get(key, 0) + 1  # periodic scrapes only
         return web.Response(body=page, content_type="text/plain")
 
     def add(self, ns: str, name: str) -> None:
@@ -56,6 +73,7 @@ class FakeConsumers:
                    "retried": 10}, attempts=100000)
         m.consecutive.labels(**m.ids).set(0)
         self.metrics[(ns, name)] = m
+        self.disabled[(ns, name)] = asyncio.Event()
         self._render(ns, name)
 
     def _render(self, ns: str, name: str) -> None:
@@ -67,13 +85,16 @@ class FakeConsumers:
         m.consecutive.labels(**m.ids).set(5)
         m.set_disabled("ConsecutiveBatchFailures")
         self._render(ns, name)
-        return time.monotonic()
+        at = time.monotonic()
+        self.loop.call_soon_threadsafe(self.disabled[(ns, name)].set)  # after the page, as the driver
+        return at
 
     def heal(self, ns: str, name: str) -> None:
         m = self.metrics[(ns, name)]
         m.consecutive.labels(**m.ids).set(0)
         m.set_disabled(None)
         self._render(ns, name)
+        self.loop.call_soon_threadsafe(self.disabled[(ns, name)].clear)
 
     def url_template(self) -> str:
         return f"http://127.0.0.1:{self.port}/{{namespace}}/{{name}}/metrics"

@@ -94,6 +94,16 @@ METRIC_PREFIX = "antidote_"
 # The driver's liveness endpoint (served beside /metrics; the Deployment's livenessProbe).
 HEALTH_PATH = "/healthz"
 
+# A waiting scrape: GET /metrics?<DISABLE_WAIT_PARAM>=<seconds> is answered with the page as
+# soon as the queue is disabled (at once if it already is), else with 204 after at most that
+# many seconds (the driver caps it at DISABLE_WAIT_MAX). Both answers carry
+# DISABLE_WAIT_HEADER; a consumer that does not know the parameter answers its page at once
+# without it. The operator holds one per running consumer, so it learns of a disabling when
+# it happens instead of at its next scrape (operator.md, "Metrics").
+DISABLE_WAIT_PARAM = "antidote_wait_disabled"
+DISABLE_WAIT_HEADER = "X-Antidote-Wait-Disabled"
+DISABLE_WAIT_MAX = 60.0
+
 # The consumer's effective settings: ConfigMap `<consumer>-settings` (names.settings_configmap),
 # this key, mounted at CONFIG_DIR in the driver and reader pods.
 SETTINGS_KEY = "settings.yaml"

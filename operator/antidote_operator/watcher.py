@@ -6,6 +6,10 @@ Two sources, one result (`Sample` per consumer):
   announced on the Deployment;
 - Prometheus mode (`--prometheus-url`): one PromQL query for every consumer at once.
 
+In scrape mode each running consumer also holds a waiting scrape (`disable_wait`), which its
+driver answers the moment it disables its queue: the evidence that matters most does not
+wait for the next round.
+
 A consumer that stops (it does when it disables its queue) takes its /metrics with it, so
 the last sample is kept, not cleared. Samples only reach status through `decide`.
 """
@@ -27,6 +31,7 @@ import aiohttp
 from antidote_api.wire import DISABLE_REASONS, METRIC_PREFIX, Metric
 
 from . import heap
+from .disable_wait import DisableWaits
 from .observations import LastPoisonSample, Sample
 
 if TYPE_CHECKING:
@@ -193,6 +198,8 @@ class Watcher:
         # A digest of the last page per consumer, not the page: with 1,000 consumers the
         # pages themselves (5-50 KB each) were megabytes kept only to compare against.
         self.pages: dict[tuple[str, str], bytes] = {}
+        # A held request per running consumer, answered when it disables its queue.
+        self.waits = DisableWaits(self)
 
     def url(self, st: ConsumerState) -> str:
         if st.metrics_url:
@@ -228,6 +235,7 @@ class Watcher:
                     heap.trim()
                 await asyncio.sleep(max(0.05, self.opts.scrape_interval - elapsed))
         finally:
+            await self.waits.close()
             await self.session.close()
 
     async def round(self) -> None:
@@ -237,6 +245,7 @@ class Watcher:
             return
         allows = self.ctx.peering.allows
         targets = [st for st in self.ctx.registry if self.running(st) and allows(st.namespace)]
+        self.waits.follow(targets)
         await asyncio.gather(*(self.scrape(st) for st in targets))
 
     async def scrape(self, st: ConsumerState) -> None:
@@ -252,6 +261,10 @@ class Watcher:
                 self.ctx.metrics.scrapes.labels("unreachable").inc()
                 return
         self.ctx.metrics.scrapes.labels("ok").inc()
+        self.consider(st, page)
+
+    def consider(self, st: ConsumerState, page: bytes) -> None:
+        """A consumer's /metrics page, from a scrape or a waiting scrape (disable_wait)."""
         digest = hashlib.blake2b(page, digest_size=16).digest()
         if digest == self.pages.get((st.namespace, st.name)):
             return  # an idle consumer's page does not change: nothing new to decide
@@ -262,7 +275,7 @@ class Watcher:
         except ValueError:  # UnicodeDecodeError too
             self.ctx.metrics.scrapes.labels("unparsable").inc()
             log.warning("metrics of %s/%s at %s are not in the Prometheus text format",
-                        st.namespace, st.name, url)
+                        st.namespace, st.name, self.url(st))
             return
         self.offer(st, sample)
 

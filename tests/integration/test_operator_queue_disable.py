@@ -65,6 +65,11 @@ def test_queue_disable_by_a_real_consumer_then_fix_and_resume(
         text = urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5).read().decode()
         assert (f'antidote_operator_queue_disabled{{consumer="orders",namespace="{k.ns}",'
                 f'reason="SystemicFailure"}} 1.0') in text
+        # The driver answered the operator's waiting scrape when it disabled its queue (the
+        # operator held one from the driver's start; disabling takes a batch of Spark work).
+        waited = [line for line in text.splitlines()
+                  if line.startswith('antidote_operator_scrapes_total{result="waited"}')]
+        assert waited and float(waited[0].rsplit(" ", 1)[1]) >= 1, waited
         (ev,) = [e for e in k.events("orders") if e.reason == "QueueDisabled"]
         assert ev.type == "Warning" and "SystemicFailure" in ev.message
         # The dev runner reported the consumer's exit; nothing was quarantined or processed.

@@ -9,13 +9,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from antidote_api.conditions import DisableReason
-from antidote_api.wire import HEALTH_PATH, Metric
+from antidote_api.wire import (DISABLE_WAIT_HEADER, DISABLE_WAIT_MAX, DISABLE_WAIT_PARAM, HEALTH_PATH,
+                               Metric)
 
 LABELS = ("namespace", "consumer")
 STALL_AFTER_MIN_S = 600.0
@@ -134,13 +136,16 @@ class Metrics:
                           LABELS, registry=r)
         self.liveness = Liveness()
         self.ids = ids
+        # Set while the queue is disabled: releases the operator's waiting scrape at once.
+        self.disabled_now = threading.Event()
 
     def beat(self) -> None:
         self.liveness.beat()
         self.heartbeat.labels(**self.ids).set(time.time())
 
     def app(self):
-        """/metrics (any path, as prometheus_client serves it) and /healthz."""
+        """/metrics (any path, as prometheus_client serves it), /healthz, and the operator's
+        waiting scrape (`?antidote_wait_disabled=<s>`, antidote_api.wire)."""
         metrics = make_wsgi_app(self.registry)
 
         def app(environ, start_response):
@@ -149,7 +154,16 @@ class Metrics:
                 start_response("200 OK" if ok else "503 Service Unavailable",
                                [("Content-Type", "text/plain; charset=utf-8")])
                 return [text.encode() + b"\n"]
-            return metrics(environ, start_response)
+            wait = wait_seconds(environ.get("QUERY_STRING", ""))
+            if wait is None:
+                return metrics(environ, start_response)
+            # One server thread waits (ThreadingWSGIServer: one per request); the operator
+            # holds at most one such request per consumer.
+            if not self.disabled_now.wait(wait):
+                start_response("204 No Content", [(DISABLE_WAIT_HEADER, "1")])
+                return [b""]
+            return metrics(environ, lambda status, headers, *exc: start_response(
+                status, [*headers, (DISABLE_WAIT_HEADER, "1")], *exc))
         return app
 
     def start(self, port: int) -> None:
@@ -180,3 +194,21 @@ class Metrics:
     def set_disabled(self, reason: str | None) -> None:
         for r in DisableReason:
             self.disabled.labels(**self.ids, reason=r).set(1 if r == reason else 0)
+        # After the gauge: a released waiting scrape must read the page with it set.
+        if reason:
+            self.disabled_now.set()
+        else:
+            self.disabled_now.clear()
+
+
+def wait_seconds(query: str) -> float | None:
+    """How long a waiting scrape may wait (capped at DISABLE_WAIT_MAX), or None: a plain one
+    (no parameter, or one that is not a number)."""
+    values = parse_qs(query).get(DISABLE_WAIT_PARAM)
+    if not values:
+        return None
+    try:
+        wait = float(values[0])
+    except ValueError:
+        return None
+    return min(max(wait, 0.0), DISABLE_WAIT_MAX) if wait == wait else None  # NaN: plain
