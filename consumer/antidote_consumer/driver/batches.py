@@ -145,13 +145,9 @@ class Runtime(Settler):
 
     def _execute(self, df, local_rows: list | None = None) -> BatchResult:
         if local_rows is not None and self.local is not None:
-            try:
-                return self._collect(self.local.run(self.cfg, local_rows))
-            except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
-                if self.stopping.is_set():
-                    raise  # killed by the stop: the batch runs again after the restart
-                log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
-                            first_line(err))
+            result = self._run_local(self.cfg, local_rows)
+            if result is not None:
+                return result
         try:
             return self._collect(self._run_job(df))
         except Exception as err:
@@ -242,15 +238,22 @@ class Runtime(Settler):
             cfg = dataclasses.replace(cfg, due_by=None)
         self.metrics.beat()
         try:
-            return True, self._collect(self.local.run(cfg, local_rows))
-        except Exception as err:  # noqa: BLE001 - a dead worker, a sink error: Spark decides
-            if self.stopping.is_set():
-                raise
-            log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
-                        first_line(err))
-            return True, None
+            return True, self._run_local(cfg, local_rows)
         finally:
             self.metrics.beat()
+
+    def _run_local(self, cfg: WorkerConfig, rows: list) -> BatchResult | None:
+        """A retry batch in the local worker; None when it failed there (a dead worker, a sink
+        error): Spark decides then."""
+        assert self.local is not None
+        try:
+            return self._collect(self.local.run(cfg, rows))
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            if self.stopping.is_set():
+                raise  # killed by the stop: the batch runs again after the restart
+            log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
+                        first_line(err))
+            return None
 
     def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None,
                local_rows: list | None = None, due_by: int | None = None,

@@ -64,19 +64,20 @@ class LocalWorker:
         # (outside the batch lock): one process between them.
         self._lock = threading.Lock()
 
-    def _started(self) -> ProcessPoolExecutor:
+    def _started(self) -> tuple[ProcessPoolExecutor, bool]:
+        """The process pool, and whether this call started it."""
         with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            return self._pool
+            if self._pool is not None:
+                return self._pool, False
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            return self._pool, True
 
     def warm(self, cfg: WorkerConfig) -> None:
         """Start the process, import the handler and connect the sink in the background, once:
         the first retry batch is due a cycle delay later and should not wait ~1 s for that."""
-        with self._lock:
-            if self._pool is not None:
-                return
-        self._warming = self._started().submit(_warm, cfg)  # a failure shows again in run()
+        pool, started = self._started()
+        if started:
+            self._warming = pool.submit(_warm, cfg)  # a failure shows again in run()
 
     def warmed(self, timeout: float) -> bool:
         """Whether the start-up `warm` began has ended (waiting up to `timeout`). The retry
@@ -95,7 +96,7 @@ class LocalWorker:
         return True
 
     def run(self, cfg: WorkerConfig, rows: list[tuple]) -> list[Row]:
-        pool = self._started()
+        pool, _ = self._started()
         try:
             out = pool.submit(_run, cfg, rows).result()
         except BrokenProcessPool as err:
