@@ -9,14 +9,20 @@ command -v "$PY" >/dev/null || PY=python3
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"' \
   || { echo "install: Python >= 3.11 is required (found $("$PY" --version 2>&1))" >&2; exit 1; }
 # The editable install maps top-level packages when it runs: a new package re-installs.
-stamp=.venv/.installed-$( (cat pyproject.toml; ls -d operator/*/ consumer/*/) | sha256sum | cut -c1-16)
+stamp=.venv/.installed-$( (cat pyproject.toml constraints.txt; ls -d operator/*/ consumer/*/) | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "==> install: creating .venv and installing antidote (first run downloads pyspark, ~300 MB)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip
+  # constraints.txt pins every package to the versions tested (hack/lock.py writes it),
+  # the installer and the build backend included: Antidote is built without an isolated
+  # environment, which would fetch the newest setuptools.
+  .venv/bin/python -m pip install -q -c constraints.txt pip setuptools wheel
   # No bytecode compiled up front for every file installed (pyspark alone is ~300 MB): a
   # fresh install takes 39 s instead of 74 s; Python compiles what it imports, once.
-  .venv/bin/python -m pip install -q --no-compile --progress-bar off -e '.[dev]'
+  # (setuptools warns about every editable install in a folder holding its packages: ours.)
+  PYTHONWARNINGS="ignore:Editable installation" \
+  .venv/bin/python -m pip install -q --no-compile --progress-bar off --no-build-isolation \
+    -c constraints.txt -e '.[dev]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
