@@ -6,33 +6,45 @@
 # (`antidote dev build --images`); with Docker, the defaults are Docker Hub's images.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
+# What the last stage starts from: the `deps` stage below. `antidote dev build` builds that
+# stage on its own (`--target deps`, cached by what it copies) and passes its image here, so
+# that a change to Antidote's sources rebuilds only the last stage.
+ARG DEPS=deps
 
 # The connector jars, exactly the versions of hack/spark/pom.xml (the same pom the dev stack uses).
 FROM ${MAVEN_IMAGE} AS jars
 COPY hack/spark/pom.xml /build/pom.xml
 RUN mvn -q -f /build/pom.xml dependency:copy-dependencies -DoutputDirectory=/jars
 
-FROM ${PYTHON_IMAGE}
+# Everything but Antidote itself: Java, the Python dependencies, the jars, the user.
+FROM ${PYTHON_IMAGE} AS deps
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     JAVA_HOME=/usr/lib/jvm/java-17-openjdk
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini procps \
  && rm -rf /var/lib/apt/lists/* \
  && ln -sfn "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/java-17-openjdk
-
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator/ operator/
-COPY consumer/ consumer/
-# pyspark==4.2.0 comes pinned from pyproject.toml.
-RUN pip install --no-compile . && rm -rf /src
-
+# The dependencies' names come from pyproject.toml, their exact versions from constraints.txt
+# (the versions tested; pyspark 4.2.0 is pinned in pyproject.toml too); setuptools and wheel
+# build Antidote in the last stage.
+WORKDIR /deps
+COPY pyproject.toml constraints.txt ./
+RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > deps.txt \
+ && pip install --no-compile -c constraints.txt setuptools wheel -r deps.txt \
+ && rm -rf /deps
 # The jars go where Spark puts its own: on the classpath of driver and executors alike.
 ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
 COPY --from=jars /jars/ ${SPARK_HOME}/jars/
 COPY docker/spark-entrypoint.sh /opt/antidote/entrypoint.sh
-
 RUN groupadd --gid 10001 antidote && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin antidote
+
+# Antidote itself (its dependencies are in place: nothing else is fetched).
+FROM ${DEPS}
+WORKDIR /src
+COPY README.md pyproject.toml ./
+COPY operator/ operator/
+COPY consumer/ consumer/
+RUN pip install --no-compile --no-deps --no-build-isolation . && rm -rf /src
 USER 10001:10001
 WORKDIR /home/antidote
 ENV PYSPARK_PYTHON=python3 SPARK_USER=antidote

@@ -4,19 +4,32 @@
 # machines without Docker build it with buildah on a local stand-in (`antidote dev build
 # --images`, docs/images.md); with Docker, the default is Docker Hub's image.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-FROM ${PYTHON_IMAGE}
+# What the last stage starts from: the `deps` stage below. `antidote dev build` builds that
+# stage on its own (`--target deps`, cached by what it copies) and passes its image here, so
+# that a change to Antidote's sources rebuilds only the last stage.
+ARG DEPS=deps
 
+# Everything but Antidote itself: the Python dependencies, the user.
+FROM ${PYTHON_IMAGE} AS deps
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The operator does not run Spark, but the distribution depends on pyspark (one package for
+# every command); the wheel is pure Python, no JVM is needed to import the operator. Names
+# from pyproject.toml, exact versions from constraints.txt (the versions tested); setuptools
+# and wheel build Antidote in the last stage.
+WORKDIR /deps
+COPY pyproject.toml constraints.txt ./
+RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > deps.txt \
+ && pip install --no-compile -c constraints.txt setuptools wheel -r deps.txt \
+ && rm -rf /deps
+RUN groupadd --gid 10001 antidote && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin antidote
 
+# Antidote itself (its dependencies are in place: nothing else is fetched).
+FROM ${DEPS}
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY README.md pyproject.toml ./
 COPY operator/ operator/
 COPY consumer/ consumer/
-# The operator does not run Spark, but the distribution depends on pyspark (one package for
-# every command); the wheel is pure Python, no JVM is needed to import the operator.
-RUN pip install --no-compile . && rm -rf /src
-
-RUN groupadd --gid 10001 antidote && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin antidote
+RUN pip install --no-compile --no-deps --no-build-isolation . && rm -rf /src
 USER 10001:10001
 WORKDIR /tmp
 ENTRYPOINT ["antidote"]

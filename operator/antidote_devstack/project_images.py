@@ -3,15 +3,19 @@ stand-ins for the Dockerfiles' Docker Hub bases, cached content-addressed like t
 
     localhost/debian:bookworm-slim          (images.debian_base_image: mmdebstrap)
       -> localhost/antidote/python:3.11-bookworm    (hack/images/python.Containerfile)
-           -> localhost/antidote/operator:<version> (docker/operator.Dockerfile)
-           -> localhost/antidote/consumer:<version> (docker/consumer.Dockerfile)
+           -> localhost/antidote/operator-deps:<version> -> operator:<version>
+                                                    (docker/operator.Dockerfile)
+           -> localhost/antidote/consumer-deps:<version> -> consumer:<version>
+                                                    (docker/consumer.Dockerfile)
       -> localhost/antidote/maven:3.8-openjdk-17     (hack/images/maven.Containerfile; the
                                                       consumer's jar stage)
 
 The Dockerfiles take their bases as build arguments (`PYTHON_IMAGE`, `MAVEN_IMAGE`) whose
 defaults are Docker Hub's names, so `docker build` works as documented; here they point at
 the stand-ins. Each image's key hashes its Containerfile, every file its COPY lines send,
-the build arguments and its bases' keys; the key is a label on the image in buildah's
+the build arguments and its bases' keys; the stages before the last (`deps`: Java, the
+pinned Python dependencies, the jars) are an image of their own, so a change to Antidote's
+sources rebuilds only the last stage. The key is a label on the image in buildah's
 storage and names its OCI archive in ~/.cache/antidote/images, so a warm build does nothing.
 RUN steps reach the package registries from the host's network (`--network host`).
 """
@@ -171,18 +175,50 @@ def maven_base_image() -> tuple[str, str]:
     return _stand_in(MAVEN_BASE, "maven")
 
 
+# A Dockerfile whose last stage starts `FROM ${DEPS}` (the `deps` stage by default) is built
+# in two: the deps stage on its own, then the last stage FROM that image.
+LAST_STAGE = re.compile(r"^FROM \$\{DEPS\}$", re.M)
+
+
+def deps_name(name: str) -> str:
+    """localhost/antidote/consumer:0.1.0 -> localhost/antidote/consumer-deps:0.1.0"""
+    repo, tag = name.rsplit(":", 1)
+    return f"{repo}-deps:{tag}"
+
+
 def build_image(name: str, dockerfile: Path, stem: str, args: dict[str, str],
                 base_keys: list[str], context: Path = ROOT) -> tuple[str, Path]:
     """(name, OCI archive) of a Dockerfile built in `context` with these build arguments,
     cached by its text, its COPY sources, the arguments and `base_keys` (its bases' keys;
-    `image_key(name)` of an image built here)."""
+    `image_key(name)` of an image built here). With a last stage `FROM ${DEPS}`, the stages
+    before it are built first as their own image, keyed by their text and COPY sources
+    only: a change to the last stage's sources (Antidote's) leaves that image as it is."""
     text = dockerfile.read_text()
+    last = LAST_STAGE.search(text)
+    sources = copy_sources(text)
+    if last:
+        head = text[:last.start()]
+        deps, head_key = _build_deps(name, dockerfile, stem, args, base_keys, context, head)
+        args, base_keys, sources = {**args, "DEPS": deps}, [head_key], copy_sources(text[last.start():])
     key = _digest(text.encode(), name.encode(), *[f"{k}={v}".encode() for k, v in sorted(args.items())],
-                  *[k.encode() for k in base_keys], *_tree_bytes(context, copy_sources(text)))
+                  *[k.encode() for k in base_keys], *_tree_bytes(context, sources))
     build_args = [a for k, v in sorted(args.items()) for a in ("--build-arg", f"{k}={v}")]
     archive = _build(name, stem, key,
                      lambda _work: [*build_args, "-f", str(dockerfile), str(context)])
     return name, archive
+
+
+def _build_deps(name: str, dockerfile: Path, stem: str, args: dict[str, str], base_keys: list[str],
+                context: Path, head: str) -> tuple[str, str]:
+    """(name, key) of the `deps` stage of `dockerfile` built as an image of its own."""
+    deps = deps_name(name)
+    key = _digest(head.encode(), deps.encode(), *[f"{k}={v}".encode() for k, v in sorted(args.items())],
+                  *[k.encode() for k in base_keys], *_tree_bytes(context, copy_sources(head)))
+    build_args = [a for k, v in sorted(args.items()) for a in ("--build-arg", f"{k}={v}")]
+    _build(deps, f"{stem}-deps", key,
+           lambda _work: [*build_args, "--target", "deps", "-f", str(dockerfile), str(context)],
+           archive=False)
+    return deps, key
 
 
 def operator_image() -> tuple[str, Path]:

@@ -1,5 +1,5 @@
 """What can be checked by reading the Dockerfiles (building them takes buildah, root and
-minutes: tests/integration/test_images.py): every COPY source exists and passes
+minutes: tests/integration/test_node_consumers.py): every COPY source exists and passes
 .dockerignore, non-root user 10001, the pinned Python, and the connector jars from the dev
 stack's own pom."""
 
@@ -49,7 +49,7 @@ def test_runs_as_non_root_10001_on_python_311(path) -> None:
     text = path.read_text()
     # The base is a build argument (buildah builds on a local stand-in); Docker's default.
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim-bookworm$", text, re.M)
-    assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", text, re.M)
+    assert re.search(r"^FROM \$\{PYTHON_IMAGE\}( AS deps)?$", text, re.M)
     assert "useradd --uid 10001" in text
     last_user = re.findall(r"^USER (\S+)$", text, re.M)[-1]
     assert last_user.split(":")[0] == "10001"

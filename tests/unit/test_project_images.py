@@ -1,6 +1,10 @@
-"""The cache keys of the project's images (building them: tests/integration/test_images.py)."""
+"""The cache keys of the project's images (building and running them: tests/integration/test_node_consumers.py)."""
 
 from __future__ import annotations
+
+import re
+
+import pytest
 
 from antidote_devstack import project_images as pi
 
@@ -9,10 +13,26 @@ from ..api_cases import ROOT
 
 def test_copy_sources_are_the_local_ones_of_the_dockerfiles() -> None:
     consumer = (ROOT / "docker/consumer.Dockerfile").read_text()
-    assert pi.copy_sources(consumer) == ["hack/spark/pom.xml", "pyproject.toml", "README.md",
-                                         "operator/", "consumer/", "docker/spark-entrypoint.sh"]
+    assert pi.copy_sources(consumer) == ["hack/spark/pom.xml", "pyproject.toml", "constraints.txt",
+                                         "docker/spark-entrypoint.sh", "README.md", "pyproject.toml",
+                                         "operator/", "consumer/"]
     operator = (ROOT / "docker/operator.Dockerfile").read_text()
-    assert pi.copy_sources(operator) == ["pyproject.toml", "README.md", "operator/", "consumer/"]
+    assert pi.copy_sources(operator) == ["pyproject.toml", "constraints.txt", "README.md",
+                                         "pyproject.toml", "operator/", "consumer/"]
+
+
+@pytest.mark.parametrize("dockerfile", ["consumer", "operator"])
+def test_sources_change_only_the_last_stage(dockerfile) -> None:
+    """The deps stage copies no source of Antidote's: a change to operator/ or consumer/
+    keeps the deps image (its key); the last stage copies them, and no dependency file."""
+    text = (ROOT / f"docker/{dockerfile}.Dockerfile").read_text()
+    last = pi.LAST_STAGE.search(text)
+    assert last, "the last stage starts FROM ${DEPS}"
+    assert re.search(r"^ARG DEPS=deps$", text, re.M) and re.search(r"^FROM \S+ AS deps$", text, re.M)
+    head, tail = pi.copy_sources(text[:last.start()]), pi.copy_sources(text[last.start():])
+    assert not {"operator/", "consumer/", "README.md"} & set(head), head
+    assert {"operator/", "consumer/"} <= set(tail) and "constraints.txt" not in tail, tail
+    assert pi.deps_name("localhost/antidote/x:1.0") == "localhost/antidote/x-deps:1.0"
 
 
 def test_tree_covers_every_copied_file_but_bytecode(tmp_path) -> None:
