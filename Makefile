@@ -20,7 +20,7 @@ dev-down:
 # images, for the node tests, which need root; a warm build does nothing), then runs unit and
 # integration tests on 2 pytest-xdist workers; each worker starts its own real stack once,
 # for its session. --dist loadgroup: the node modules (xdist_group "node": test_node.py,
-# test_images.py, test_node_consumers.py) go to one worker, one after the other (one node
+# test_node_consumers.py) go to one worker, one after the other (one node
 # per machine), first, being the longest chain; every other test is a unit of its own, handed
 # out one or two at a time to whichever worker runs low ("load" handed out large batches and
 # left one worker alone with a queue of slow tests for minutes).

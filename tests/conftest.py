@@ -23,7 +23,7 @@ SLOW_FIRST = ["test_chaos.py", "test_skip_cli.py", "test_demo.py", "test_consume
 # worker runs the rest. pytest-xdist 3.8's own loadgroup does not group under pytest 9 (it
 # renames `item._nodeid`, which pytest 9 no longer reads: every test stays a unit of its own),
 # hence the scheduler below, which groups by these names.
-NODE_GROUP = ("test_images.py", "test_node.py", "test_node_consumers.py")
+NODE_GROUP = ("test_node.py", "test_node_consumers.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,4 +1,4 @@
-"""Pods on the stack's node for the tests that start one (test_node.py, test_images.py,
+"""Pods on the stack's node for the tests that start one (test_node.py,
 test_node_consumers.py): restricted namespaces and containers, waiting for a pod's phase,
 and the test handlers' image."""
 

@@ -25,11 +25,13 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from kubernetes import client
 
+from . import consumer_util as cu
 from .kafka_io import produce, read_all
 from .node_cluster import EXECUTORS, MASTER, RELEASE, ROOT, Cluster, _run, started
-from .node_util import RESTRICTED, wait
+from .node_util import RESTRICTED, phase, pod, restricted_container, restricted_namespace, wait
 
 pytestmark = [
     pytest.mark.integration,
@@ -43,6 +45,57 @@ pytestmark = [
 def cluster() -> Iterator[Cluster]:
     with started() as c:
         yield c
+
+
+def test_consumer_image_runs_a_consumer_as_a_restricted_pod(cluster: Cluster) -> None:
+    """The consumer image alone, as docs/images.md tells users to derive it (the test
+    handlers' image): `antidote consumer --until-idle --master local[1]` through the image's
+    own entrypoint (tini, then spark-entrypoint.sh) as a plain pod, with only what the image
+    brings (no ANTIDOTE_SPARK_JARS, no checkout, no venv), no operator."""
+    c = cluster
+    ns = restricted_namespace(c.core, "images")
+    # Ten messages, one of them poison: no retries, so it is quarantined at once.
+    source = f"images-{uuid.uuid4().hex[:6]}"
+    sink = f"{source}-out"
+    c.topics(source, sink)
+    produce(c.bootstrap, source, [(b"k%d" % i, b"poison" if i == 4 else b"m%d" % i, None)
+                                  for i in range(10)])
+    qc = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
+          "metadata": {"name": "img", "namespace": ns},
+          "spec": {"policyRef": {"name": "pp"},
+                   "source": {"kafka": {"bootstrapServers": c.bootstrap, "topic": source}},
+                   "handler": "antidote_test_handlers:upper",
+                   "sink": {"kafka": {"topic": sink}},
+                   "checkpoint": {"location": "/tmp/checkpoint"}}}
+    pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
+          "metadata": {"name": "pp", "namespace": ns},
+          "spec": {"retries": {"immediate": 0, "cycles": 0}}}
+    c.core.create_namespaced_config_map(ns, {
+        "metadata": {"name": "manifests"},
+        "data": {"qc.yaml": yaml.safe_dump(qc), "pp.yaml": yaml.safe_dump(pp)}})
+    container = restricted_container("consumer", c.image)
+    container["args"] = ["antidote", "consumer", "--consumer", "/manifests/qc.yaml",
+                         "--policy", "/manifests/pp.yaml", "--until-idle",
+                         "--master", "local[1]", "--trigger-interval", "0.5"]
+    container["volumeMounts"] = [{"name": "manifests", "mountPath": "/manifests"}]
+    spec = pod("consumer", container)
+    spec["spec"]["volumes"] = [{"name": "manifests", "configMap": {"name": "manifests"}}]
+    c.core.create_namespaced_pod(ns, spec)
+    try:
+        result = wait("consumer pod finished", phase(c.core, ns, "consumer", {"Succeeded", "Failed"}), 420)
+        log = c.core.read_namespaced_pod_log("consumer", ns)
+        assert result == "Succeeded", f"consumer pod {result}; log:\n{log[-4000:]}"
+    finally:
+        # A pod left running by a failure would hold the CPU the next test's driver asks for.
+        c.core.delete_namespace(ns)
+
+    # Its outcome, in Kafka: nine handled, the poison quarantined once with its headers.
+    outputs = sorted(r.value for r in read_all(c.bootstrap, sink))
+    assert outputs == sorted(b"M%d" % i for i in range(10) if i != 4), outputs
+    poison = cu.quarantined(c.bootstrap, f"{source}.poison")
+    assert list(poison) == [(0, 4)], poison
+    record, headers = poison[(0, 4)]
+    assert record.value == b"poison" and headers["antidote.attempts"] == "1", headers
 
 
 def test_driver_and_executors_run_as_restricted_pods_then_a_reader_job(cluster: Cluster) -> None:
@@ -193,22 +246,21 @@ def _scaled(c: Cluster, driver: client.V1Pod, reason: str, before: int, after: i
     return new
 
 
-def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_down(cluster: Cluster) -> None:
+def test_autoscale_scales_executor_pods_up_and_down(cluster: Cluster) -> None:
     """`spec.spark.autoscale` on the node: the operator pod reads the driver pod's partition
     lag (its /metrics at the headless Service), decides, and the driver pod restarts with
     the new `spark.executor.instances`, for which Spark creates executor pods.
-    1. A poison message hangs the handler at the head of partition 0 while a backlog
-       arrives on both partitions: no batch ends, so the lag is blocked (the keda#3904
-       situation): the count stays 1 (`LagBlocked`) and so does the executor pod count;
-    2. its attempt time limit ends the hang (it goes to a retry cycle), the partitions move,
-       and the backlog scales the consumer up to 2: Spark's executor pods reach 2;
-    3. with the backlog worked off, after the scale-down cool-down, back to 1 executor pod."""
+    1. A backlog on both partitions scales the consumer up to 2: Spark's executor pods reach 2;
+    2. with the backlog worked off, after the scale-down cool-down, back to 1 executor pod.
+    A hanging message holding the lag (`LagBlocked`, no scale-up) is the same operator code
+    on any cluster: test_operator_autoscale.py proves it on the API server, without the 40-s
+    hang and a driver pod's restart here."""
     c = cluster
     source = f"scale-{uuid.uuid4().hex[:6]}"
     sink = f"{source}-out"
     c.topics(source, sink, partitions=2)
     backlog = 1500  # per partition; at 10 ms a message, tens of seconds of work
-    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1h", "attemptTimeout": "40s"}}
+    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1h"}}
     autoscale = {"min": 1, "max": 2, "targetLagPerExecutor": 200,
                  "scaleUpCooldown": "0s", "scaleDownCooldown": "30s"}
     produce(c.bootstrap, source, [(b"w0", b"warm-up", None)], partition=0)
@@ -223,27 +275,17 @@ def test_autoscale_ignores_a_hanging_message_then_scales_executor_pods_up_and_do
         (driver,) = c.running("scale", "driver", 1)
         assert len(wait("1 executor pod", lambda: c.executor_pods("scale"), 60)) == 1
 
-        # 1. The hang at the head of partition 0, then the backlog on both partitions.
-        produce(c.bootstrap, source, [(b"h", b"hang", None)], partition=0)
+        # 1. A backlog on both partitions: 3,000 records at 200 per executor ask for the
+        # maximum, 2.
         for p in (0, 1):
             produce(c.bootstrap, source, [(b"p%d-%d" % (p, i), b"m%d" % i, None) for i in range(backlog)],
                     partition=p)
-        blocked = wait("the operator to see the lag, all of it blocked",
-                       lambda: (e := _executors(c, "scale")).get("reason") == "LagBlocked"
-                       and all(f"{p} (" in e["message"] for p in (0, 1)) and e, 60)
-        # 3,000 records at 200 per executor would ask for the maximum, 2.
-        assert (blocked["current"], blocked["desired"]) == (1, 1), blocked
-        assert "ScaledUp" not in {e.reason for e in c.events("scale")}
-        assert len(c.executor_pods("scale")) == 1
-        assert c.running("scale", "driver", 1)[0].metadata.name == driver.metadata.name
-
-        # 2. The time limit ends the hang; the same backlog, now moving, scales up.
         driver = _scaled(c, driver, "ScaledUp", 1, 2)
 
-        # 3. The backlog worked off (the hanging message waits in its retry cycle), then down.
+        # 2. The backlog worked off, then down.
         wait("the backlog processed", lambda: c.counts("scale").get("processed") == 2 + 2 * backlog, 300)
         _scaled(c, driver, "ScaledDown", 2, 1)
-        assert c.counts("scale").get("retried") == 1
+        assert not c.counts("scale").get("retried")
         assert read_all(c.bootstrap, f"{source}.poison", missing_ok=True) == []
         c.no_pod_security_refusals()
 
