@@ -148,7 +148,8 @@ def test_driver_and_executors_run_as_restricted_pods_then_a_reader_job(cluster: 
         # The operator (a pod) scraped the driver's /metrics through its Service's DNS name.
         wait("status counts", lambda: c.counts("orders").get("processed") == 39
              and c.counts("orders").get("poisoned") == 1, 120)
-        assert c.condition("orders", "Ready") == ("True", "Running")
+        # Ready follows the driver pod's readiness probe, which may pass after the counts.
+        wait("Ready=True (Running)", lambda: c.condition("orders", "Ready") == ("True", "Running"), 120)
         # The driver's RoleBinding to the chart's ClusterRole is all it needed: no API call
         # of Spark's was refused.
         driver_log = c.core.read_namespaced_pod_log(driver.metadata.name, c.ns)
