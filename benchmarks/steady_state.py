@@ -74,6 +74,9 @@ def _epoch(ts: str) -> float:
 def window_of(progress: list[dict], warmup: int) -> tuple[int, float, float]:
     """(messages, start, end) of a streaming query's batches after the first `warmup`."""
     batches = sorted((p for p in progress if p["numInputRows"]), key=lambda p: p["batchId"])
+    if os.environ.get("BENCH_VERBOSE"):  # each batch's Spark timings, for both pipelines alike
+        for p in batches:
+            log(f"progress batch {p['batchId']}: {p['numInputRows']} rows, {p['durationMs']}")
     if len(batches) <= warmup:
         raise SystemExit(f"only {len(batches)} source batches: raise --messages or lower --batch")
     steady = batches[warmup:]

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pyarrow as pa
 
 from antidote_consumer.driver.ledger import BATCH, LedgerState
 from antidote_consumer.driver.consumer import starting_offsets
-from antidote_consumer.driver.frames import BatchResult
-from antidote_consumer.worker.executor import INPUT_FIELDS, _note_ends, _note_one_partition, arrow_schema
+from antidote_consumer.driver.frames import BatchResult, HandlerMap, floor_condition
+from antidote_consumer.worker.executor import INPUT_FIELDS, WorkerConfig, _note_ends, _note_one_partition, arrow_schema
 
 
 def test_a_consumer_the_ledger_knows_nothing_of_starts_as_its_policy_says() -> None:
@@ -39,6 +40,36 @@ def _batch(rows: list[tuple[str, int, int]]):
             "topic": [t for t, _, _ in rows], "partition": [p for _, p, _ in rows],
             "offset": [o for _, _, o in rows], "ts": [0] * len(rows), "headers": [[]] * len(rows)}
     return pa.RecordBatch.from_pydict(cols, schema=schema)
+
+
+def test_the_floor_is_one_sql_condition_with_long_offsets_and_no_floor_for_unknown_partitions() -> None:
+    # Evaluated by Spark (the consumer integration tests replay batches through it); here its
+    # text: every partition the ledger knows, offsets as BIGINT literals (beyond 2^31 too), and
+    # a partition it does not know kept whole (floor 0).
+    assert floor_condition({1: 3_000_000_001, 0: 5}) == (
+        "offset >= coalesce(map(0, 5L, 1, 3000000001L)[partition], 0L)")
+
+
+class _Udf:
+    made = 0
+
+    def __init__(self, cfg) -> None:
+        _Udf.made += 1
+
+
+def test_the_handler_udf_is_made_again_only_when_the_worker_config_changes(monkeypatch) -> None:
+    from antidote_consumer.driver import frames
+
+    monkeypatch.setattr(frames, "_handler_udf", lambda cfg: _Udf(cfg))
+    monkeypatch.setattr(frames, "_map_in_arrow", lambda df, udf: (df, udf))
+    cfg = WorkerConfig(handler="m:f", source_topic="t", immediate=0, cycles=0,
+                       non_retryable=frozenset(), validation=None, sink_kafka={"topic": "o"},
+                       emit_outputs=False)
+    m, before = HandlerMap(), _Udf.made
+    first = m("df1", cfg)[1]
+    assert m("df2", dataclasses.replace(cfg))[1] is first  # equal: the same UDF
+    assert m("df3", dataclasses.replace(cfg, due_by=5))[1] is not first
+    assert _Udf.made - before == 2
 
 
 def test_the_ends_are_the_last_offset_read_per_topic_and_partition() -> None:

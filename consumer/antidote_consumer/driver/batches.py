@@ -18,11 +18,11 @@ from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.chosen import systemic_signal
-from antidote_consumer.worker.executor import RESULT_SCHEMA, WorkerConfig, process
+from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
-from .frames import (BatchResult, Failure, attempts_before, batch_keys, frame, is_job_failure, running_tasks,
+from .frames import (BatchResult, Failure, HandlerMap, attempts_before, batch_keys, frame, is_job_failure, running_tasks,
                      segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
@@ -64,6 +64,7 @@ class Runtime(Settler):
         self.partitions = partitions
         self.retry_sleep = retry_sleep
         self.cfg = worker_config(settings)
+        self.handler_map = HandlerMap()
         names = ledger_names(settings)
         self.consumer_id = names.consumer_id
         # Small retry batches run without a Spark job; a path sink is written by Spark.
@@ -156,7 +157,7 @@ class Runtime(Settler):
             raise
 
     def _run_job(self, df) -> list:
-        mapped = frame(df).mapInArrow(functools.partial(process, self.cfg), RESULT_SCHEMA)
+        mapped = self.handler_map(frame(df), self.cfg)
         sink = self.s.sink
         if sink is not None and sink.path is not None:
             mapped = mapped.persist()
