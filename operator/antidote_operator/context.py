@@ -13,8 +13,6 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kubernetes.client.rest import ApiException
-
 from . import kube
 from .builders.common import RenderOptions
 from .metrics import OperatorMetrics
@@ -34,7 +32,7 @@ class SyncFn(Protocol):
 
 
 def brief(err: BaseException) -> str:
-    if isinstance(err, ApiException):
+    if isinstance(err, kube.ApiError):
         return f"HTTP {err.status} {err.reason}"
     return f"{type(err).__name__}: {err}"
 

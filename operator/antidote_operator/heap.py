@@ -1,11 +1,10 @@
 """The operator's heap on glibc: fewer malloc arenas, and free memory given back.
 
-The API calls run in thread pools (`kube.Kube`), and glibc gives each thread that
-allocates its own malloc arena (up to 8 per core). Response bodies and their parsed JSON are
-freed soon after, but a freed chunk stays in its arena: after the first reconcile of 1,000
-consumers the operator kept tens of MB it no longer used. Two arenas are enough for threads
-that mostly wait on the network, and `trim` (malloc_trim) hands the free pages back to the
-kernel. Elsewhere than glibc both do nothing.
+glibc gives each thread that allocates its own malloc arena (up to 8 per core), and a freed
+chunk stays in its arena. The API client runs on the event loop (`kube.Kube`, no threads),
+but threads remain (DNS lookups, the metrics server); two arenas are enough for them, and
+`trim` (malloc_trim) hands the free pages of the heap back to the kernel after the peak
+of a first reconcile. Elsewhere than glibc both do nothing.
 """
 
 from __future__ import annotations
