@@ -273,18 +273,25 @@ def owned_part(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def apply(kube: Kube, desired: Mapping[str, Any], *, create_first: bool = False) -> str:
+async def apply(kube: Kube, desired: Mapping[str, Any], *, create_first: bool = False,
+                listed: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> str:
     """Create `desired`, or patch the fields the operator owns when they differ.
 
     Returns "created", "updated" or "unchanged"; writes nothing when nothing differs.
     `create_first`: the object is most likely absent (its owner was never reconciled), so
     try the create without reading first; if it exists after all (409), read and compare
     as usual. The outcome is the same either way, one request fewer when it was absent.
+    `listed`: the owner's children as a LIST returned them (`listed_children`), (kind,
+    name) -> object, read instead of a GET; one absent from it is created first.
     """
     kind = BY_KIND[desired["kind"]]
     ns, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
     want = owned_part(desired)
-    have = None if create_first else await kube.get(kind, ns, name)
+    if listed is not None:
+        have = listed.get((desired["kind"], name))
+        have = dict(have) if have is not None else None
+    else:
+        have = None if create_first else await kube.get(kind, ns, name)
     if have is None:
         try:
             await kube.create(kind, ns, desired)

@@ -1,4 +1,5 @@
-"""The operator's own API client (`kube`, `kube_login`, `no_kubernetes`): the pure parts. Against the real API server it runs in
+"""The operator's own API client (`kube`, `kube_login`, `single_flight`,
+`listed_children`, `no_kubernetes`): the pure parts. Against the real API server it runs in
 every operator integration test (tests/integration/test_operator_*.py)."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from antidote_operator import kube, kube_login
+from antidote_operator import kube, kube_login, listed_children
+from antidote_operator.single_flight import SingleFlight
 
 
 # --- what a response means ----------------------------------------------------------------
@@ -100,6 +102,123 @@ def test_no_credentials_at_all_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(kube_login.LoginRefused, match="no credentials"):
         kube_login.login()
+
+
+# --- single flight -------------------------------------------------------------------------
+
+def test_concurrent_callers_share_one_call_and_a_later_caller_calls_again() -> None:
+    calls = []
+
+    async def fetch() -> list[str]:
+        calls.append(1)
+        await asyncio.sleep(0.01)
+        return ["job"]
+
+    async def main() -> None:
+        flight = SingleFlight()
+        got = await asyncio.gather(*(flight.run("ns", fetch) for _ in range(50)))
+        assert got == [["job"]] * 50 and len(calls) == 1
+        await flight.run("ns", fetch)
+        assert len(calls) == 2
+        await asyncio.gather(flight.run("a", fetch), flight.run("b", fetch))
+        assert len(calls) == 4  # one per key
+
+    asyncio.run(main())
+
+
+def test_a_failure_reaches_every_waiter_and_one_cancelled_waiter_stops_no_other() -> None:
+    async def fail() -> None:
+        await asyncio.sleep(0.01)
+        raise kube.ApiError(503, "Service Unavailable")
+
+    async def slow() -> str:
+        await asyncio.sleep(0.02)
+        return "listed"
+
+    async def main() -> None:
+        flight = SingleFlight()
+        got = await asyncio.gather(*(flight.run("ns", fail) for _ in range(3)), return_exceptions=True)
+        assert all(isinstance(g, kube.ApiError) for g in got)
+        first = asyncio.ensure_future(flight.run("ns", slow))
+        second = asyncio.ensure_future(flight.run("ns", slow))
+        await asyncio.sleep(0)
+        first.cancel()
+        assert await second == "listed"
+
+    asyncio.run(main())
+
+
+# --- a restart's children from one list per kind ---------------------------------------------
+
+class Lister:
+    """Lists children by kind; records requests."""
+
+    def __init__(self, objects: dict[str, list[dict[str, Any]]]):
+        self.objects, self.requests = objects, []  # type: ignore[var-annotated]
+
+    async def list(self, kind: kube.Kind, ns: str, selector: str | None = None, **_: Any) -> list[dict[str, Any]]:
+        self.requests.append(f"LIST {kind.plural}")
+        await asyncio.sleep(0.01)
+        return [dict(o) for o in self.objects.get(kind.plural, [])]
+
+    async def get(self, kind: kube.Kind, ns: str, name: str) -> dict[str, Any] | None:
+        self.requests.append(f"GET {kind.plural}/{name}")
+        return None
+
+    async def create(self, kind: kube.Kind, ns: str, body: Any) -> dict[str, Any]:
+        self.requests.append(f"POST {kind.plural}")
+        return dict(body)
+
+    async def patch(self, kind: kube.Kind, ns: str, name: str, patch: Any, **_: Any) -> dict[str, Any]:
+        self.requests.append(f"PATCH {kind.plural}/{name}")
+        return {}
+
+
+def cm(consumer: str, value: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"{consumer}-settings", "namespace": "shop", "managedFields": [{"big": 1}],
+                         "labels": {"antidote.dev/consumer": consumer}}, "data": {"settings.yaml": value}}
+
+
+def test_children_are_listed_once_per_kind_and_handed_out_once() -> None:
+    lister = Lister({"configmaps": [cm("orders", "a"), cm("billing", "b")]})
+    children = listed_children.ListedChildren(lister)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        got = await asyncio.gather(*(children.take("shop", n) for n in ("orders", "billing", "ghost")))
+        assert len(lister.requests) == len(listed_children.KINDS)  # concurrent takes, one list
+        orders = got[0]
+        assert orders is not None and got[2] is None
+        assert orders[("ConfigMap", "orders-settings")] == {
+            "kind": "ConfigMap", "metadata": {"name": "orders-settings",
+                                              "labels": {"antidote.dev/consumer": "orders"}},
+            "data": {"settings.yaml": "a"}}  # slim: no managedFields
+        assert await children.take("shop", "orders") is None  # once; then GETs as before
+        # The outcome is the one of GETs: as desired -> nothing; differs -> patched; absent -> created.
+        lister.requests.clear()
+        desired = {**cm("orders", "a"), "kind": "ConfigMap"}
+        desired["metadata"] = {k: v for k, v in desired["metadata"].items() if k != "managedFields"}
+        assert await kube.apply(lister, desired, listed=orders) == "unchanged"  # type: ignore[arg-type]
+        assert await kube.apply(lister, {**desired, "data": {"settings.yaml": "new"}},
+                                listed=orders) == "updated"  # type: ignore[arg-type]
+        other = {**desired, "metadata": {**desired["metadata"], "name": "orders-other"}}
+        assert await kube.apply(lister, other, listed=orders) == "created"  # type: ignore[arg-type]
+        assert lister.requests == ["PATCH configmaps/orders-settings", "POST configmaps"]
+
+    asyncio.run(main())
+
+
+def test_a_list_older_than_max_age_is_dropped_and_not_listed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    lister = Lister({"configmaps": [cm("orders", "a"), cm("billing", "b")]})
+    children = listed_children.ListedChildren(lister)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        assert await children.take("shop", "orders") is not None
+        monkeypatch.setattr(listed_children, "MAX_AGE", -1.0)
+        assert await children.take("shop", "billing") is None
+        assert await children.take("shop", "billing") is None
+        assert len(lister.requests) == len(listed_children.KINDS)
+
+    asyncio.run(main())
 
 
 # --- the operator's process does not import `kubernetes` ------------------------------------
