@@ -233,3 +233,85 @@ def test_the_operator_process_imports_no_kubernetes_package() -> None:
             "assert not loaded, loaded\n"
             "assert 'urllib3' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
+
+
+# --- the client over HTTP (a local aiohttp server standing in for the API server) ----------
+
+def serve(routes: list[Any]) -> Any:
+    """Start an aiohttp app on a free loopback port; returns (runner, base URL)."""
+    from aiohttp import web
+
+    async def start() -> tuple[Any, str]:
+        app = web.Application()
+        app.add_routes(routes)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return runner, f"http://127.0.0.1:{port}"
+
+    return start()
+
+
+def test_a_401_reads_the_credentials_again_and_retries_once() -> None:
+    import kopf
+    from aiohttp import web
+
+    tokens = iter(["expired", "rotated", "never"])
+    logins: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer rotated":
+            return web.json_response({"kind": "Status", "message": "Unauthorized"}, status=401)
+        return web.json_response({"metadata": {"name": "orders"}})
+
+    async def main() -> None:
+        runner, url = await serve([web.get("/api/v1/namespaces/shop/configmaps/orders", handler)])
+
+        def login() -> kopf.ConnectionInfo:
+            logins.append(token := next(tokens))
+            return kopf.ConnectionInfo(server=url, token=token)
+
+        k = kube.Kube(login)
+        try:
+            got = await k.get(kube.CONFIGMAP, "shop", "orders")
+            assert got == {"metadata": {"name": "orders"}} and logins == ["expired", "rotated"]
+        finally:
+            await k.close()
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_scaling_to_zero_does_not_wait_behind_other_calls() -> None:
+    import kopf
+    from aiohttp import web
+
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({})
+
+    async def fast(request: web.Request) -> web.Response:
+        return web.json_response({"spec": {"replicas": 0}})
+
+    async def main() -> None:
+        runner, url = await serve([web.patch("/apis/antidote.dev/v1alpha1/namespaces/shop/queueconsumers/a/status", slow),
+                                   web.patch("/apis/apps/v1/namespaces/shop/deployments/b", fast)])
+        k = kube.Kube(lambda: kopf.ConnectionInfo(server=url), workers=1)
+        try:
+            status = asyncio.ensure_future(k.patch(kube.QUEUE_CONSUMER, "shop", "a", {"status": {}},
+                                                   subresource="status"))
+            await asyncio.sleep(0.05)  # the one ordinary slot is taken by the status write
+            scaled = await asyncio.wait_for(k.patch(kube.DEPLOYMENT, "shop", "b", {"spec": {"replicas": 0}},
+                                                    urgent=True), 5)
+            assert scaled == {"spec": {"replicas": 0}} and not status.done()
+            release.set()
+            assert await status == {}
+        finally:
+            await k.close()
+            await runner.cleanup()
+
+    asyncio.run(main())
