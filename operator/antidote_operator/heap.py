@@ -32,3 +32,19 @@ def limit_arenas(arenas: int = 2) -> bool:
 def trim() -> None:
     if _libc is not None:
         _libc.malloc_trim(0)
+
+
+TLS_READ_BUFFER = 64 * 1024
+
+
+def small_tls_buffers(size: int = TLS_READ_BUFFER) -> None:
+    """asyncio gives every TLS connection a read buffer of `SSLProtocol.max_size` (256 KiB),
+    zero-filled, so resident at once. The operator holds 25-50 connections to the API server
+    (Kopf's watches and its unbounded pool of patch connections, and `kube.Kube`'s 32):
+    6-12 MB of buffers, measured. 64 KiB per read is plenty for the API server's answers (a
+    long LIST is read in a few more calls). Set before the first connection; affects every
+    asyncio TLS connection in the process (the operator's alone)."""
+    import asyncio.sslproto
+
+    if getattr(asyncio.sslproto.SSLProtocol, "max_size", 0) > size:
+        asyncio.sslproto.SSLProtocol.max_size = size

@@ -62,6 +62,7 @@ async def operate(options: Options, *, stop_flag: asyncio.Event | None = None,
 def run(options: Options, verbose: bool = False) -> int:
     _logging(verbose)
     heap.limit_arenas()  # before any thread exists (DNS lookups, the metrics server)
+    heap.small_tls_buffers()  # before the first connection
     where = ", ".join(options.namespaces) if options.namespaces else "all namespaces"
     log.info("antidote operator: watching %s; metrics %s; %s", where,
              f"on :{options.metrics_port}" if options.metrics_port else "off",

@@ -315,3 +315,14 @@ def test_scaling_to_zero_does_not_wait_behind_other_calls() -> None:
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_tls_read_buffers_are_made_smaller_never_larger() -> None:
+    code = ("import asyncio.sslproto as s\n"
+            "from antidote_operator import heap\n"
+            "default = s.SSLProtocol.max_size\n"
+            "heap.small_tls_buffers()\n"
+            "assert s.SSLProtocol.max_size == min(default, heap.TLS_READ_BUFFER)\n"
+            "heap.small_tls_buffers(1 << 30)\n"
+            "assert s.SSLProtocol.max_size == min(default, heap.TLS_READ_BUFFER)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
