@@ -144,9 +144,14 @@ class Kube:
                 async with session.request(method, self.server + path, params=params, data=data,
                                            headers={**headers, **self.info.as_http_headers()}) as resp:
                     status, reason, raw = resp.status, resp.reason or "", await resp.read()
-            except aiohttp.ServerDisconnectedError:
-                # A kept-alive connection the server had closed; a create is not sent twice
-                # (an Event would be doubled), the caller's retry covers it.
+            except aiohttp.ClientConnectorError:
+                if attempt == 2:  # not connected: nothing was sent, so any request is retried
+                    raise
+                continue
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # Mostly a kept-alive connection the server had closed (urllib3 retried these
+                # for the `kubernetes` client). A create is not sent twice (an Event would be
+                # doubled); the caller's retry covers it.
                 if attempt == 2 or method == "POST":
                     raise
                 continue

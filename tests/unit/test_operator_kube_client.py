@@ -326,3 +326,35 @@ def test_tls_read_buffers_are_made_smaller_never_larger() -> None:
             "heap.small_tls_buffers(1 << 30)\n"
             "assert s.SSLProtocol.max_size == min(default, heap.TLS_READ_BUFFER)\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_dropped_connection_is_retried_once_except_for_a_create() -> None:
+    import aiohttp
+    import kopf
+    from aiohttp import web
+
+    calls = {"GET": 0, "POST": 0}
+
+    async def drop_first(request: web.Request) -> web.StreamResponse:
+        calls[request.method] += 1
+        if calls[request.method] == 1:
+            assert request.transport is not None
+            request.transport.close()  # as a server closing a kept-alive connection
+            return web.Response()
+        return web.json_response({"metadata": {"name": "orders"}})
+
+    async def main() -> None:
+        runner, url = await serve([web.get("/api/v1/namespaces/shop/configmaps/orders", drop_first),
+                                   web.post("/api/v1/namespaces/shop/events", drop_first)])
+        k = kube.Kube(lambda: kopf.ConnectionInfo(server=url))
+        try:
+            assert await k.get(kube.CONFIGMAP, "shop", "orders") == {"metadata": {"name": "orders"}}
+            assert calls["GET"] == 2
+            with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+                await k.create(kube.EVENT, "shop", {"metadata": {"generateName": "orders."}})
+            assert calls["POST"] == 1  # an Event is never posted twice
+        finally:
+            await k.close()
+            await runner.cleanup()
+
+    asyncio.run(main())
