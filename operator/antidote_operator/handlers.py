@@ -151,12 +151,6 @@ def _retryable(err: ApiError) -> Exception:
 async def reconcile_consumer(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
                              **_: Any) -> None:
     ctx: Context = memo.ctx
-    st = ctx.registry.get(namespace, name)
-    if st.body is None:
-        # Known from now on, so later syncs (a metrics sample, a Deployment event) start
-        # from this body and the watch stream's, not a GET: after a restart, where no
-        # QueueConsumer event follows, that was one GET per consumer.
-        st.body = slim(body)
     try:
         await sync_consumer(ctx, namespace, name, body=dict(body), verify=True)
     except ApiError as err:
