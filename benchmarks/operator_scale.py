@@ -10,6 +10,9 @@
 (2) 1,000 QueueConsumers: the operator's resident memory once they are all reconciled and
     scraped, and how long their first reconcile took. Goals: RSS <= 120 MB, first
     reconcile <= 20 s.
+(3) The operator restarted over those consumers: how long until it has reconciled as many
+    times as there are consumers and the API server sees no more requests (each consumer
+    verifies its children), and the API requests.
 
 The /metrics endpoints are served by this benchmark process (no consumer could run 1,000
 Spark drivers here): a LOAD GENERATOR standing in for the consumers' metrics, rendered by
@@ -223,6 +226,18 @@ def operator_histogram(port: int, name: str) -> tuple[float, float]:
     return float(values.get(f"{name}_sum", 0)), float(values.get(f"{name}_count", 0))
 
 
+def operator_counter(port: int, name: str, labels: str) -> float:
+    """One series of one of the operator's own counters (0 until it exists)."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    except OSError:
+        return 0.0  # not serving yet
+    prefix = f"{name}{{{labels}}} "
+    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+
+
 def api_requests(bench: Bench) -> Counter[tuple[str, str, str]]:
     """The API server's own request counter (apiserver_request_total), summed by verb,
     resource[/subresource] and HTTP code: every client's requests, the operator's and Kopf's
@@ -327,6 +342,8 @@ def main() -> int:
     ap.add_argument("--consumers-without-wait", action="store_true",
                     help="the load generator ignores waiting scrapes, as consumers older than "
                          "them do: the operator learns of each crossing from its periodic scrape")
+    ap.add_argument("--no-restart", action="store_true",
+                    help="skip the last phase: an operator restart over the memory test's consumers")
     ap.add_argument("--profile", type=Path, metavar="DIR",
                     help="sample the operator with py-spy into DIR (collapsed stacks per phase)")
     args = ap.parse_args()
@@ -406,6 +423,30 @@ def main() -> int:
                          f"{cpu_share * 100:.0f}% of one core", "-", "-"))
             rows.append(("  API requests during the first reconcile; operator CPU until then",
                          f"{requests.split(' (')[0]}; {took_cpu:.1f}s CPU", "-", "-"))
+            if not args.no_restart:
+                # (3) an operator restart: the same consumers, reconciled before, verified anew.
+                stop(proc)
+                before = api_requests(bench)
+                proc, port, logfile = bench.operator(ns, fake, "restart")
+                t0 = time.monotonic()
+                bench.wait(f"{len(names)} reconciles after a restart",
+                           lambda: operator_counter(port, "antidote_operator_reconciles_total",
+                                                    'kind="QueueConsumer",result="ok"') >= len(names))
+                # Done when the API server has seen no new request for 3 s (reconciles that
+                # verified a consumer and those a metrics sample kicked count alike above).
+                took, seen, quiet = time.monotonic() - t0, -1, 0
+                while quiet < 3:
+                    now = sum(n for (_v, what, _c), n in api_requests(bench).items() if what)
+                    quiet, seen = (quiet + 1, seen) if now == seen else (0, now)
+                    if not quiet:
+                        took = time.monotonic() - t0
+                    time.sleep(1)
+                requests = requests_line(before, api_requests(bench))
+                log(f"after a restart, {len(names)} reconciles took {took:.1f}s; API requests meanwhile: {requests}")
+                loads.append(load())
+                rows.append((f"operator restart: {len(names)} consumers verified (until requests stop)",
+                             f"{took:.0f}s; {requests.split(' (')[0]} API requests; {cpu_seconds(proc.pid):.1f}s CPU",
+                             "-", "-"))
         finally:
             bench.finish(ns, proc, logfile)
     finally:

@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
         print(PEERING_CRDS, end="")
         return 0
+    from antidote_operator import no_kubernetes
+
+    no_kubernetes.keep_out()  # before Kopf is imported: see the module
     from antidote_operator.builders.common import RenderOptions
     from antidote_operator.main import run as run_operator
     from antidote_operator.context import Options

@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kubernetes.client.rest import ApiException
-
 from . import kube
 from .builders.common import RenderOptions
 from .metrics import OperatorMetrics
+from .listed_children import ListedChildren
 from .peering import PeeringGate, own_identity
+from .single_flight import SingleFlight
 from .builders.reader_job import JobOptions
 from .state import JobIndex, Registry
 
@@ -34,7 +34,7 @@ class SyncFn(Protocol):
 
 
 def brief(err: BaseException) -> str:
-    if isinstance(err, ApiException):
+    if isinstance(err, kube.ApiError):
         return f"HTTP {err.status} {err.reason}"
     return f"{type(err).__name__}: {err}"
 
@@ -70,6 +70,8 @@ class Context:
         self.syncer = Syncer(self, sync)
         self.devrunner: DevRunner | None = None
         self.reader_index = JobIndex()  # reader Jobs per consumer, from the watch stream
+        self.listed_children = ListedChildren(kube_client)  # a restart's reads (once)
+        self.flight = SingleFlight()  # reads that concurrent reconciles share
         # PoisonPolicy specs and which consumers use each policy, from the watch streams.
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.users: dict[tuple[str, str], set[str]] = {}
@@ -95,7 +97,10 @@ class Context:
         key = (namespace, name)
         if key in self.policies:
             return self.policies[key]
-        body = await self.kube.get(kube.POISON_POLICY, namespace, name) if name else None
+        if not name:
+            return None
+        body = await self.flight.run(("policy", namespace, name),
+                                     lambda: self.kube.get(kube.POISON_POLICY, namespace, name))
         if body is None:
             return None
         self.policies.setdefault(key, body.get("spec") or {})

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
 
 from antidote_api.types import GROUP, VERSION
 
 from .builders.common import LABEL_CONSUMER
-from . import reader_control
+from . import kube_login, reader_control
+from .kube import ApiError
 from .context import Context
 from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_consumer
 from .policy_status import policy_status
@@ -38,6 +38,14 @@ log = logging.getLogger("antidote.operator")
 
 
 # --- lifecycle ---------------------------------------------------------------------------
+
+@kopf.on.login()
+async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+    # Kopf's watches and patches use the credentials the operator's own client uses
+    # (kube_login); without this Kopf would pick its own login by what is installed.
+    # A coroutine: Kopf runs plain functions in threads, and the operator has none.
+    return kube_login.login(settings)
+
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -78,7 +86,7 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     await ctx.syncer.close()
     if ctx.devrunner is not None:
         await ctx.devrunner.close()
-    ctx.kube.close()
+    await ctx.kube.close()
 
 
 # --- caches of what the watch streams say ---------------------------------------------------
@@ -127,7 +135,7 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
             "spec": body.get("spec") or {}, "status": body.get("status") or {}}
 
 
-def _retryable(err: ApiException) -> Exception:
+def _retryable(err: ApiError) -> Exception:
     if err.status in (400, 403, 422):
         return kopf.PermanentError(f"the API server refused a write: HTTP {err.status} {err.reason}")
     return kopf.TemporaryError(f"API server: HTTP {err.status} {err.reason}", delay=5)
@@ -145,7 +153,7 @@ async def reconcile_consumer(body: kopf.Body, namespace: str, name: str, memo: k
     ctx: Context = memo.ctx
     try:
         await sync_consumer(ctx, namespace, name, body=dict(body), verify=True)
-    except ApiException as err:
+    except ApiError as err:
         ctx.metrics.reconciles.labels("QueueConsumer", "error").inc()
         raise _retryable(err) from None
 
@@ -155,7 +163,7 @@ async def delete_consumer(namespace: str, name: str, uid: str, memo: kopf.Memo, 
     ctx: Context = memo.ctx
     try:
         deleted = await delete_children(ctx, namespace, name, uid)
-    except ApiException as err:
+    except ApiError as err:
         raise _retryable(err) from None
     ctx.registry.forget(namespace, name)
     if deleted:

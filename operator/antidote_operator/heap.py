@@ -1,11 +1,10 @@
 """The operator's heap on glibc: fewer malloc arenas, and free memory given back.
 
-The API calls run in thread pools (`kube.Kube`), and glibc gives each thread that
-allocates its own malloc arena (up to 8 per core). Response bodies and their parsed JSON are
-freed soon after, but a freed chunk stays in its arena: after the first reconcile of 1,000
-consumers the operator kept tens of MB it no longer used. Two arenas are enough for threads
-that mostly wait on the network, and `trim` (malloc_trim) hands the free pages back to the
-kernel. Elsewhere than glibc both do nothing.
+glibc gives each thread that allocates its own malloc arena (up to 8 per core), and a freed
+chunk stays in its arena. The API client runs on the event loop (`kube.Kube`, no threads),
+but threads remain (DNS lookups, the metrics server); two arenas are enough for them, and
+`trim` (malloc_trim) hands the free pages of the heap back to the kernel after the peak
+of a first reconcile. Elsewhere than glibc both do nothing.
 """
 
 from __future__ import annotations
@@ -33,3 +32,19 @@ def limit_arenas(arenas: int = 2) -> bool:
 def trim() -> None:
     if _libc is not None:
         _libc.malloc_trim(0)
+
+
+TLS_READ_BUFFER = 64 * 1024
+
+
+def small_tls_buffers(size: int = TLS_READ_BUFFER) -> None:
+    """asyncio gives every TLS connection a read buffer of `SSLProtocol.max_size` (256 KiB),
+    zero-filled, so resident at once. The operator holds 25-50 connections to the API server
+    (Kopf's watches and its unbounded pool of patch connections, and `kube.Kube`'s 32):
+    6-12 MB of buffers, measured. 64 KiB per read is plenty for the API server's answers (a
+    long LIST is read in a few more calls). Set before the first connection; affects every
+    asyncio TLS connection in the process (the operator's alone)."""
+    import asyncio.sslproto
+
+    if getattr(asyncio.sslproto.SSLProtocol, "max_size", 0) > size:
+        asyncio.sslproto.SSLProtocol.max_size = size

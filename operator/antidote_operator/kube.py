@@ -1,8 +1,8 @@
 """A small dict-in, dict-out client of the API server for the objects the operator writes.
 
-Built on the `kubernetes` package's ApiClient (kubeconfig, in-cluster, exec plugins) but
-without its generated models: bodies stay plain JSON dicts, as Kopf hands them to handlers.
-Calls run in a bounded thread pool so the Kopf event loop never blocks on the network.
+Plain JSON dicts, as Kopf hands them to handlers, over aiohttp (which Kopf uses too) on
+the event loop: no threads, and no `kubernetes` package (~38 MB of generated models the
+operator never used). Credentials come from `kube_login`, shared with Kopf.
 """
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timezone
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+import aiohttp
 
 from antidote_api.types import GROUP, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
+TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
 @dataclass(frozen=True)
@@ -55,16 +54,53 @@ BY_KIND = {"ConfigMap": CONFIGMAP, "Secret": SECRET, "ServiceAccount": SERVICE_A
            "Job": JOB}
 
 
+class ApiError(Exception):
+    """The API server answered with an error: its HTTP `status` and `reason` phrase, and
+    the message of its Status object (`message`), if any."""
+
+    def __init__(self, status: int, reason: str, message: str = ""):
+        super().__init__(f"HTTP {status} {reason}" + (f": {message}" if message else ""))
+        self.status, self.reason, self.message = status, reason, message
+
+
 class Conflict(Exception):
     """The object changed since it was read (HTTP 409): read it again and recompute."""
 
 
+def status_message(data: bytes) -> str:
+    """The `message` of the Status object the API server sends with an error."""
+    try:
+        out = json.loads(data)
+    except (TypeError, ValueError):
+        return ""
+    return str(out.get("message", "")) if isinstance(out, dict) else ""
+
+
+def outcome(method: str, status: int, reason: str, data: bytes) -> dict[str, Any] | None:
+    """What a response means to the operator: the body, None for a GET or DELETE of
+    something absent (404), `Conflict` for 409, `ApiError` for any other error."""
+    if status < 400:
+        return json.loads(data) if data else {}
+    if status == 404 and method in ("GET", "DELETE"):
+        return None
+    message = status_message(data)
+    if status == 409:
+        raise Conflict(message or reason)
+    raise ApiError(status, reason, message)
+
+
 class Kube:
-    def __init__(self, api_client: client.ApiClient, workers: int = 16):
-        self.api = api_client
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
-        # Scaling a consumer to 0 protects its queue: it never waits behind status writes.
-        self.urgent_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-urgent")
+    def __init__(self, login: Callable[[], Any], workers: int = 16):
+        """`login()` returns a `kopf.ConnectionInfo`; it is called again after a 401 (a
+        service-account token is rotated by the kubelet)."""
+        self.login = login
+        self.info = login()
+        self.workers = workers
+        self._session: aiohttp.ClientSession | None = None
+        # At most `workers` calls in flight, and as many again for scaling to 0, which
+        # protects a queue: it never waits behind status writes.
+        self._slots = asyncio.Semaphore(workers)
+        self._urgent_slots = asyncio.Semaphore(workers)
         self._urgent = 0
         self._calm = asyncio.Event()
         self._calm.set()
@@ -72,57 +108,73 @@ class Kube:
     @classmethod
     def from_environment(cls, workers: int = 16) -> Kube:
         """In a pod: its service account; elsewhere: $KUBECONFIG or ~/.kube/config."""
-        cfg = client.Configuration()
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=cfg)
-        cfg.connection_pool_maxsize = 2 * workers
-        return cls(client.ApiClient(cfg), workers)
+        from .kube_login import login
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        self.urgent_pool.shutdown(wait=False, cancel_futures=True)
-        self.api.close()
+        return cls(login, workers)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     @property
     def server(self) -> str:
-        return self.api.configuration.host
+        return str(self.info.server)
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            ssl = self.info.as_ssl_context() if self.server.startswith("https:") else False
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=2 * self.workers, ssl=ssl), timeout=TIMEOUT,
+                headers={"Accept": "application/json"}, trust_env=self.info.trust_env)
+        return self._session
 
     # --- raw calls ----------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None, *, query: Mapping[str, Any] | None = None,
-              content_type: str | None = None) -> dict[str, Any] | None:
-        headers = {"Accept": "application/json"}
+    async def _call(self, method: str, path: str, body: Any = None, *, query: Mapping[str, Any] | None = None,
+                    content_type: str | None = None) -> dict[str, Any] | None:
+        headers = {}
+        data = None
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        method_, url, headers, body, _post = self.api.param_serialize(
-            method, path, query_params=list((query or {}).items()) or None, header_params=headers,
-            body=body, auth_settings=["BearerToken"])
-        resp = self.api.call_api(method_, url, header_params=headers, body=body, _request_timeout=30)
-        data = resp.read()
-        if resp.status >= 400:
-            err = ApiException(status=resp.status, reason=resp.reason)
-            err.body = data
-            if resp.status == 404 and method in ("GET", "DELETE"):
-                return None
-            if resp.status == 409:
-                raise Conflict(_reason(err))
-            raise err
-        return json.loads(data) if data else {}
+            data = json.dumps(body).encode()
+        params = {k: str(v) for k, v in (query or {}).items()} or None
+        for attempt in (1, 2):
+            session = self._open()
+            try:
+                async with session.request(method, self.server + path, params=params, data=data,
+                                           headers={**headers, **self.info.as_http_headers()}) as resp:
+                    status, reason, raw = resp.status, resp.reason or "", await resp.read()
+            except aiohttp.ClientConnectorError:
+                if attempt == 2:  # not connected: nothing was sent, so any request is retried
+                    raise
+                continue
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # Mostly a kept-alive connection the server had closed (urllib3 retried these
+                # for the `kubernetes` client). A create is not sent twice (an Event would be
+                # doubled); the caller's retry covers it.
+                if attempt == 2 or method == "POST":
+                    raise
+                continue
+            if status == 401 and attempt == 1:
+                self.info = self.login()  # a rotated token: read the credentials again
+                continue
+            return outcome(method, status, reason, raw)
+        raise AssertionError("unreachable")
 
     async def call(self, method: str, path: str, body: Any = None, *, urgent: bool = False,
                    **kw: Any) -> dict[str, Any] | None:
-        loop = asyncio.get_running_loop()
         if not urgent:
             # While consumers are being scaled to 0 (a burst of disables), other calls wait:
             # the API server serves the protective writes first.
             while self._urgent:
                 await self._calm.wait()
-            return await loop.run_in_executor(self.pool, lambda: self._call(method, path, body, **kw))
+            async with self._slots:
+                return await self._call(method, path, body, **kw)
         self._urgent += 1
         self._calm.clear()
         try:
-            return await loop.run_in_executor(self.urgent_pool, lambda: self._call(method, path, body, **kw))
+            async with self._urgent_slots:
+                return await self._call(method, path, body, **kw)
         finally:
             self._urgent -= 1
             if not self._urgent:
@@ -133,10 +185,20 @@ class Kube:
         """The object, or None when it does not exist."""
         return await self.call("GET", kind.path(namespace, name))
 
-    async def list(self, kind: Kind, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        query = {"labelSelector": label_selector} if label_selector else None
-        out = await self.call("GET", kind.path(namespace), query=query)
-        return list((out or {}).get("items", []))
+    async def list(self, kind: Kind, namespace: str, label_selector: str | None = None, *,
+                   page: int | None = None) -> list[dict[str, Any]]:
+        """Every item; `page`: in pages of that many (bounds each response's size)."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"labelSelector": label_selector} if label_selector else {}
+        if page:
+            query["limit"] = page
+        while True:
+            out = await self.call("GET", kind.path(namespace), query=query) or {}
+            items.extend(out.get("items") or [])
+            more = (out.get("metadata") or {}).get("continue")
+            if not page or not more:
+                return items
+            query["continue"] = more
 
     async def create(self, kind: Kind, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         out = await self.call("POST", kind.path(namespace), dict(body))
@@ -149,7 +211,7 @@ class Kube:
         try:
             return await self.call("PATCH", kind.path(namespace, name, subresource), dict(patch),
                                    content_type=MERGE_PATCH, urgent=urgent)
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise
@@ -178,13 +240,6 @@ class Kube:
     async def nodes_exist(self) -> bool:
         out = await self.call("GET", "/api/v1/nodes", query={"limit": 1})
         return bool((out or {}).get("items"))
-
-
-def _reason(err: ApiException) -> str:
-    try:
-        return json.loads(err.body).get("message", str(err.reason))
-    except (TypeError, ValueError):
-        return str(err.reason)
 
 
 def is_subset(want: Any, have: Any) -> bool:
@@ -223,18 +278,25 @@ def owned_part(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def apply(kube: Kube, desired: Mapping[str, Any], *, create_first: bool = False) -> str:
+async def apply(kube: Kube, desired: Mapping[str, Any], *, create_first: bool = False,
+                listed: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> str:
     """Create `desired`, or patch the fields the operator owns when they differ.
 
     Returns "created", "updated" or "unchanged"; writes nothing when nothing differs.
     `create_first`: the object is most likely absent (its owner was never reconciled), so
     try the create without reading first; if it exists after all (409), read and compare
     as usual. The outcome is the same either way, one request fewer when it was absent.
+    `listed`: the owner's children as a LIST returned them (`listed_children`), (kind,
+    name) -> object, read instead of a GET; one absent from it is created first.
     """
     kind = BY_KIND[desired["kind"]]
     ns, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
     want = owned_part(desired)
-    have = None if create_first else await kube.get(kind, ns, name)
+    if listed is not None:
+        have = listed.get((desired["kind"], name))
+        have = dict(have) if have is not None else None
+    else:
+        have = None if create_first else await kube.get(kind, ns, name)
     if have is None:
         try:
             await kube.create(kind, ns, desired)

@@ -77,9 +77,16 @@ async def _ensure_listed(ctx: Context, ns: str) -> None:
     idx = ctx.reader_index
     if ns in idx.listed:
         return
-    for body in await ctx.kube.list(kube.JOB, ns, f"{LABEL_CONSUMER},app.kubernetes.io/component={reader_job.COMPONENT}"):
-        idx.put(ns, body)
-    idx.listed.add(ns)
+
+    async def list_once() -> None:
+        # Concurrent first reconciles in `ns` share this one list (single flight).
+        if ns in idx.listed:
+            return
+        for body in await ctx.kube.list(kube.JOB, ns, f"{LABEL_CONSUMER},app.kubernetes.io/component={reader_job.COMPONENT}"):
+            idx.put(ns, body)
+        idx.listed.add(ns)
+
+    await ctx.flight.run(("reader-jobs", ns), list_once)
 
 
 async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSettings,

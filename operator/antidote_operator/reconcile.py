@@ -99,9 +99,16 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     # likely not there: create them without reading first (a 409 falls back to the read),
     # and there is no Ready to flap. Half the requests of a first reconcile.
     fresh = not (qc.get("status") or {}).get("conditions")
+    listed = None
+    if not fresh and st.rendered is None:
+        # Reconciled before, but not by this process (a restart): its children as listed
+        # once per kind for the whole namespace, instead of a GET each (listed_children).
+        listed = await ctx.listed_children.take(ns, name)
     if st.deployment is None and not fresh:
         # Not seen on the watch yet (a restart): read it, or Ready would flap to Starting.
-        dep = await ctx.kube.get(kube.DEPLOYMENT, ns, child_names(name).deployment)
+        dep_name = child_names(name).deployment
+        dep = (listed.get(("Deployment", dep_name)) if listed is not None
+               else await ctx.kube.get(kube.DEPLOYMENT, ns, dep_name))
         if dep is not None:
             st.deployment = deployment_view(dep)
     d = decide(Inputs(
@@ -124,7 +131,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
             children = driver.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
             await _ensure_spark_auth_secret(ctx, qc)
             for child in children:
-                action = await kube.apply(ctx.kube, child, create_first=fresh)
+                action = await kube.apply(ctx.kube, child, create_first=fresh, listed=listed)
                 if action != "unchanged":
                     ctx.metrics.child_writes.labels(child["kind"], action).inc()
                     log.info("%s %s %s/%s", action, child["kind"], ns, child["metadata"]["name"])
