@@ -5,22 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from antidote_devstack.errors import StackError
 
-if TYPE_CHECKING:
-    from antidote_devstack import build, stack
-
-# The stack's modules (and `cryptography`, for its PKI) are imported by the commands that
+# The stack's modules (and `cryptography`, for its PKI) are imported inside the commands that
 # use them, not when the CLI starts: every `antidote` process imports this module, the
 # operator's too, where they were ~9 MB of resident memory it never used.
-
-
-def _stack():  # type: ignore[no-untyped-def]
-    from antidote_devstack import build, stack
-
-    return build, stack
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -71,7 +61,8 @@ def _fail(err: StackError) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    build, stack = _stack()
+    from antidote_devstack import build, stack
+
     try:
         s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
                      prometheus=args.prometheus)
@@ -82,14 +73,16 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    _build_mod, stack = _stack()
+    from antidote_devstack import stack
+
     stopped = stack.down(_dir(args))
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     return 0
 
 
 def _env(args: argparse.Namespace) -> int:
-    _build_mod, stack = _stack()
+    from antidote_devstack import stack
+
     s = stack.running(_dir(args))
     if s is None:
         print("antidote dev env: no running stack; start it with `antidote dev up`", file=sys.stderr)
@@ -100,9 +93,9 @@ def _env(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from antidote_devstack.certs import ensure_pki
+    from antidote_devstack import stack
     from antidote_devstack.node import node_ready
 
-    _build_mod, stack = _stack()
     s = stack.running(_dir(args))
     if s is None:
         print("not running")
@@ -119,7 +112,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    build, _stack_mod = _stack()
+    from antidote_devstack import build
+
     try:
         if args.images and not args.node:
             raise StackError("build images", "--images needs --node (its Debian packages and base image)")
