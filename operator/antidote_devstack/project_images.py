@@ -198,27 +198,27 @@ def build_image(name: str, dockerfile: Path, stem: str, args: dict[str, str],
     sources = copy_sources(text)
     if last:
         head = text[:last.start()]
-        deps, head_key = _build_deps(name, dockerfile, stem, args, base_keys, context, head)
+        deps = deps_name(name)
+        head_key = _key(head, deps, args, base_keys, context, copy_sources(head))
+        _build(deps, f"{stem}-deps", head_key,
+               lambda _work: [*_build_args(args), "--target", "deps", "-f", str(dockerfile), str(context)],
+               archive=False)
         args, base_keys, sources = {**args, "DEPS": deps}, [head_key], copy_sources(text[last.start():])
-    key = _digest(text.encode(), name.encode(), *[f"{k}={v}".encode() for k, v in sorted(args.items())],
-                  *[k.encode() for k in base_keys], *_tree_bytes(context, sources))
-    build_args = [a for k, v in sorted(args.items()) for a in ("--build-arg", f"{k}={v}")]
-    archive = _build(name, stem, key,
-                     lambda _work: [*build_args, "-f", str(dockerfile), str(context)])
+    archive = _build(name, stem, _key(text, name, args, base_keys, context, sources),
+                     lambda _work: [*_build_args(args), "-f", str(dockerfile), str(context)])
     return name, archive
 
 
-def _build_deps(name: str, dockerfile: Path, stem: str, args: dict[str, str], base_keys: list[str],
-                context: Path, head: str) -> tuple[str, str]:
-    """(name, key) of the `deps` stage of `dockerfile` built as an image of its own."""
-    deps = deps_name(name)
-    key = _digest(head.encode(), deps.encode(), *[f"{k}={v}".encode() for k, v in sorted(args.items())],
-                  *[k.encode() for k in base_keys], *_tree_bytes(context, copy_sources(head)))
-    build_args = [a for k, v in sorted(args.items()) for a in ("--build-arg", f"{k}={v}")]
-    _build(deps, f"{stem}-deps", key,
-           lambda _work: [*build_args, "--target", "deps", "-f", str(dockerfile), str(context)],
-           archive=False)
-    return deps, key
+def _key(text: str, name: str, args: dict[str, str], base_keys: list[str], context: Path,
+         sources: list[str]) -> str:
+    """An image's cache key: its Containerfile text, name, build arguments, bases' keys and
+    the files `sources` names (its COPY lines')."""
+    return _digest(text.encode(), name.encode(), *[f"{k}={v}".encode() for k, v in sorted(args.items())],
+                   *[k.encode() for k in base_keys], *_tree_bytes(context, sources))
+
+
+def _build_args(args: dict[str, str]) -> list[str]:
+    return [a for k, v in sorted(args.items()) for a in ("--build-arg", f"{k}={v}")]
 
 
 def operator_image() -> tuple[str, Path]:
