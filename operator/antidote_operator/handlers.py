@@ -86,7 +86,7 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     await ctx.syncer.close()
     if ctx.devrunner is not None:
         await ctx.devrunner.close()
-    await ctx.kube.close()
+    # The API client is closed by `main.operate`, which made it, once Kopf has returned.
 
 
 # --- caches of what the watch streams say ---------------------------------------------------

@@ -64,8 +64,8 @@ class ListedChildren:
         return entry[1].pop(consumer, None)
 
     async def _list(self, namespace: str) -> tuple[float, dict[str, Children]]:
-        if namespace in self.listed:
-            return self.listed[namespace]
+        # Only `take` starts it, when nothing is listed for `namespace`, with no await between
+        # its look and the flight: one list per namespace.
         at = time.monotonic()
         by_consumer: dict[str, Children] = {}
         for kind in KINDS:

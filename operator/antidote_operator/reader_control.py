@@ -79,9 +79,8 @@ async def _ensure_listed(ctx: Context, ns: str) -> None:
         return
 
     async def list_once() -> None:
-        # Concurrent first reconciles in `ns` share this one list (single flight).
-        if ns in idx.listed:
-            return
+        # Concurrent first reconciles in `ns` share this one list (single flight); the look
+        # at idx.listed above and the flight have no await between them.
         for body in await ctx.kube.list(kube.JOB, ns, f"{LABEL_CONSUMER},app.kubernetes.io/component={reader_job.COMPONENT}"):
             idx.put(ns, body)
         idx.listed.add(ns)
