@@ -140,10 +140,14 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     if not rendered and d.replicas is not None and (
             st.deployment is None or st.deployment.replicas != d.replicas):
         # Only the replicas differ (pause, disable, resume), or the configuration is broken
-        # but scaling needs none of it: one small patch, the fast path of a disable.
-        dep = await ctx.kube.patch(kube.DEPLOYMENT, ns, child_names(name).deployment,
-                                   {"spec": {"replicas": d.replicas}}, urgent=d.replicas == 0)
-        if dep is not None:
+        # but scaling needs none of it: one small patch, the fast path of a disable. On the
+        # scale subresource: the API server answers with a small Scale instead of encoding
+        # the whole Deployment, which took 1,000 disables at once from a p99 of 1.6-2.1 s
+        # to 1.0-1.1 s on the API server alone (docs/performance.md).
+        scaled = await ctx.kube.patch(kube.DEPLOYMENT, ns, child_names(name).deployment,
+                                      {"spec": {"replicas": d.replicas}}, subresource="scale",
+                                      urgent=d.replicas == 0)
+        if scaled is not None:
             _observe_scale(ctx, st, d.replicas)
     st.desired_replicas = d.replicas
 

@@ -302,6 +302,12 @@ def _operator_rbac_is_least_privilege(api_client, namespace: str, *, sa: str, dr
             with pytest.raises(client.ApiException) as refused:
                 forbidden()
             assert refused.value.status == 403, refused.value.body
+        # It scales a driver's Deployment through the scale subresource (pause, disable, resume).
+        review = client.AuthorizationV1Api(api_client).create_subject_access_review({
+            "spec": {"user": sa, "resourceAttributes": {
+                "group": "apps", "resource": "deployments", "subresource": "scale", "verb": "patch",
+                "namespace": namespace}}})
+        assert review.status.allowed, review.status
         # It creates and deletes a consumer's Spark RPC Secret.
         core.create_namespaced_secret(namespace, {"metadata": {"name": "probe-spark-auth"}, "data": {"secret": "eA=="}})
         core.delete_namespaced_secret("probe-spark-auth", namespace)

@@ -114,6 +114,10 @@ hold what that role grants. */}}
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
+# Pause, disable and resume change only the replicas: through the scale subresource.
+- apiGroups: [apps]
+  resources: [deployments/scale]
+  verbs: [patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [rolebindings]
   verbs: [get, list, watch, create, patch, delete]
