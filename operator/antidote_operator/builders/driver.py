@@ -361,15 +361,14 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
 def build_children(owner: Mapping[str, Any], settings: EffectiveSettings, *, replicas: int,
                    opts: RenderOptions) -> list[dict[str, Any]]:
     """Every child of the QueueConsumer `owner` (its body), owned by it, in creation order."""
-    data = config_data(settings, opts)
-    cm = build_configmap(settings, opts)
+    cm = build_configmap(settings, opts)  # its data, rendered once, is also what the hash is of
     children = [
         cm,
         build_service_account(settings.consumer),
         build_executor_service_account(settings.consumer),
         build_role_binding(settings.consumer, opts),
         build_service(settings.consumer, opts),
-        build_deployment(settings, replicas=replicas, opts=opts, config_hash=settings_hash(data)),
+        build_deployment(settings, replicas=replicas, opts=opts, config_hash=settings_hash(cm["data"])),
     ]
     # Owner references let a real cluster's garbage collector remove the children; the
     # operator also deletes them itself (the local stack runs no garbage collector).
