@@ -13,6 +13,8 @@
 (3) The operator restarted over those consumers: how long until it has reconciled as many
     times as there are consumers and the API server sees no more requests (each consumer
     verifies its children), and the API requests.
+(4) The API server's floor under (1b) and (2), measured in the same run (api_floor.py): the
+    same requests from a bare client with no operator, and the operator against it.
 
 The /metrics endpoints are served by this benchmark process (no consumer could run 1,000
 Spark drivers here): a LOAD GENERATOR standing in for the consumers' metrics, rendered by
@@ -24,6 +26,7 @@ runs, else starts its own and stops it at the end.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import re
@@ -46,7 +49,7 @@ from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from antidote_devstack.procs import terminate as stop  # noqa: E402
-from benchmarks import bench_stack  # noqa: E402
+from benchmarks import api_floor, bench_stack  # noqa: E402
 from benchmarks.consumer_pages import FakeConsumers, free_port  # noqa: E402
 
 GROUP, VERSION = "antidote.dev", "v1alpha1"
@@ -331,6 +334,30 @@ def resume_all(bench: Bench, fake: FakeConsumers, ns: str, names: list[str]) -> 
                lambda: sum(1 for r in bench.replicas(ns).values() if r == 1) == len(names), interval=0.5)
 
 
+def floor(bench: Bench, fake: FakeConsumers, n: int, template: dict) -> tuple[float, list[float]]:
+    """api_floor's two figures on a namespace of `n` fresh QueueConsumers: seconds for their
+    first-reconcile requests, then each Deployment's seconds to 0 replicas in a burst.
+    `template`: a consumer the operator reconciled (its status and Kopf's annotations)."""
+    os.environ["KUBECONFIG"] = bench.kubeconfig  # api_floor logs in as the operator does
+    ns = bench.namespace("bench-floor")
+    log(f"floor: {n} QueueConsumers in {ns}, their requests made by a bare client")
+    try:
+        bench.populate(ns, n, fake)
+        consumers = bench.objs.list_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers")["items"]
+        record = {k: v for k, v in template["metadata"].get("annotations", {}).items()
+                  if k.startswith("kopf.antidote.dev/")}
+        before = api_requests(bench)
+        took = asyncio.run(api_floor.first_reconcile(consumers, record, template["status"]))
+        log(f"floor: first-reconcile requests took {took:.1f}s; API requests meanwhile: "
+            f"{requests_line(before, api_requests(bench))}")
+        deployments = [d.metadata.name for d in bench.apps.list_namespaced_deployment(ns).items]
+        burst = asyncio.run(api_floor.scale_to_zero(ns, deployments))
+        log(f"floor: {len(burst)} Deployments to 0 replicas, the last after {max(burst):.2f}s")
+        return took, burst
+    finally:
+        bench.cleanup(ns)
+
+
 def main() -> int:
     # Long on purpose: a benchmark script's flags and its measured steps in the order they run.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -404,12 +431,13 @@ def main() -> int:
             t0 = time.monotonic()
             bench.wait("every consumer reconciled", lambda: bench.reconciled(ns) == len(names), interval=2)
             bench.wait("every Deployment", lambda: len(bench.replicas(ns)) == len(names), interval=2)
-            took = time.monotonic() - t0
+            took = took_first = time.monotonic() - t0
             took_cpu = cpu_seconds(proc.pid)  # from its start: imports and log-in included
             requests = requests_line(bench.requests0, api_requests(bench))
             log(f"first reconcile took {took:.1f}s; API requests meanwhile: {requests}")
             loads.append(load())
             bench.wait("every consumer scraped", lambda: all(fake.hits.get((ns, n), 0) >= 2 for n in names))
+            template = bench.objs.get_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers", names[0])
             cpu0, w0 = cpu_seconds(proc.pid), time.monotonic()
             time.sleep(20)  # steady state: scraping every consumer every --scrape-interval
             cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - w0)
@@ -449,6 +477,14 @@ def main() -> int:
                              "-", "-"))
         finally:
             bench.finish(ns, proc, logfile)
+
+        # (4) the API server's floor: the same requests from a bare client, no operator.
+        floor_took, floor_burst = floor(bench, fake, args.rss_consumers, template)
+        rows.append((f"  floor: the same requests by a bare client, no operator ({args.rss_consumers} consumers)",
+                     f"{floor_took:.0f}s; operator/floor {took_first / floor_took:.2f}", "-", "-"))
+        rows.append((f"  floor: {len(floor_burst)} Deployments scaled to 0 at once by a bare client",
+                     f"p99 {percentile(floor_burst, 99):.2f}s; operator/floor "
+                     f"{percentile(burst, 99) / percentile(floor_burst, 99):.2f}", "-", "-"))
     finally:
         for p in bench.profilers:
             p.wait(60)  # py-spy ends with the process it samples and writes its file
