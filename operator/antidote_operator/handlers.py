@@ -148,14 +148,25 @@ def _retryable(err: ApiError) -> Exception:
 @kopf.on.resume(*QC, backoff=5)
 @kopf.on.create(*QC, backoff=5)
 @kopf.on.update(*QC, backoff=5)
-async def reconcile_consumer(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
-                             **_: Any) -> None:
+async def reconcile_consumer(body: kopf.Body, namespace: str, name: str, reason: kopf.Reason,
+                             diff: kopf.Diff, memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
     try:
-        await sync_consumer(ctx, namespace, name, body=dict(body), verify=True)
+        await sync_consumer(ctx, namespace, name, body=dict(body), verify=renders_children(reason, diff))
     except ApiError as err:
         ctx.metrics.reconciles.labels("QueueConsumer", "error").inc()
         raise _retryable(err) from None
+
+
+def renders_children(reason: kopf.Reason, diff: kopf.Diff) -> bool:
+    """Whether the children are read back and compared (verify): on create and resume, and on
+    an update of what they are built from (spec, labels). An update of annotations alone
+    (`antidote resume`, `antidote drain`, a probe) changes no child: comparing each against
+    the API server was 7 GETs per consumer, for 1,000 consumers resumed at once 7,000 reads.
+    Drift is still put back by the periodic full reconcile (--resync-interval)."""
+    if reason != kopf.Reason.UPDATE:
+        return True
+    return any(tuple(item.field)[:2] != ("metadata", "annotations") for item in diff)
 
 
 @kopf.on.delete(*QC, backoff=5)
