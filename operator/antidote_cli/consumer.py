@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 
@@ -76,6 +78,17 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # In its pod the driver is PID 1 (the container's command is `antidote`), and the kernel
+    # drops a signal that PID 1 has no handler for: a SIGTERM while Spark started was lost and
+    # the pod ran on until the grace period's SIGKILL (150 s). Noted from the first moment,
+    # and the driver exits as soon as Spark is up, before reading anything.
+    stop_early = threading.Event()
+
+    def early_stop(*_args) -> None:
+        stop_early.set()
+
+    signal.signal(signal.SIGTERM, early_stop)
+    signal.signal(signal.SIGINT, early_stop)
     settings = _settings(args)
     if isinstance(settings, int):
         return settings
@@ -101,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     spark = spark_session(settings, args.master)
     spark.sparkContext.setLogLevel("WARN")
     try:
+        if stop_early.is_set():
+            logging.getLogger("antidote.consumer").info("stopped while starting: exit 0 (OK)")
+            return 0
         try:
             consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval,
                                 client_conf=conf)
@@ -114,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"antidote consumer: {err}", file=sys.stderr)
             return 1
         install_signal_handlers(consumer)
+        if stop_early.is_set():
+            consumer.request_stop()  # run() then returns before starting the query
         serve = None if args.metrics_port is None else (lambda: metrics.start(args.metrics_port))
         code = consumer.run(until_idle=args.until_idle, recovered=serve)
     finally:

@@ -4,6 +4,7 @@ SIGTERM, restarted; nothing is lost, nothing is quarantined twice, attempts stay
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,6 +142,10 @@ def test_sigterm_stops_cleanly_and_a_restart_resumes(stack, kafka_bootstrap, top
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(90) == 0, log.read_text()[-3000:]
     assert "stop requested" in log.read_text()
+    # It finishes the batch it found running, and starts no other: the backlog's next batches
+    # (the trigger fires again as soon as one ends) ran on until the stop's limit before.
+    after = log.read_text().split("stop requested", 1)[1]
+    assert len(re.findall(r"INFO antidote\.consumer: batch \d+: \d+ messages", after)) <= 1, after[-3000:]
 
     finish(stack, calls_dir, log, args)
     poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
@@ -148,6 +153,32 @@ def test_sigterm_stops_cleanly_and_a_restart_resumes(stack, kafka_bootstrap, top
     outputs = [r.value for r in read_all(kafka_bootstrap, sink)]
     assert set(outputs) == {b"M%d" % i for i in range(n) if i % 50 != 1}
     assert len(outputs) == n - 4  # a graceful stop finishes its batch: no duplicates
+
+
+def test_sigterm_while_spark_starts_exits_0_having_read_nothing(stack, kafka_bootstrap, topic_factory,
+                                                                tmp_path, calls_dir) -> None:
+    """A SIGTERM before the consumer's query runs is not lost: in its pod the driver is PID 1,
+    and the kernel drops a signal PID 1 has no handler for, so such a driver ran on until the
+    grace period's SIGKILL. It exits 0 once Spark is up, before reading the source."""
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(None, b"m%d" % i, None) for i in range(5)])
+    args = manifests(tmp_path, kafka_bootstrap, source, sink, "upper", {"retries": {"immediate": 0, "cycles": 0}})
+    log = tmp_path / "consumer.log"
+
+    proc = start(stack, calls_dir, log, args)
+    # The JVM's first line: Spark is starting, seconds before the consumer exists.
+    wait_until(lambda: "Using incubator modules" in log.read_text(), 60, proc, log, "the JVM")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    text = log.read_text()
+    assert "stopped while starting" in text, text[-3000:]
+    assert not re.search(r"antidote\.consumer: batch \d+:", text), text[-3000:]
+    assert read_all(kafka_bootstrap, sink, missing_ok=True) == []
+    assert not cu.calls(calls_dir, source)
 
 
 def test_a_handler_that_cannot_be_imported_exits_2_before_spark_naming_spec_handler(

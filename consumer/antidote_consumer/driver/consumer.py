@@ -124,6 +124,15 @@ class Consumer:
 
     # --- the source query ---------------------------------------------------------------
     def _source_batch(self, df, batch_id: int) -> None:
+        if self.runtime.stopping.is_set():
+            # A stop waits for the batch it found running, not for the ones after it: under a
+            # backlog the next trigger fires as soon as a batch ends, and waiting for a pause
+            # between batches held a SIGTERM up for tens of seconds (the whole stop limit when
+            # the backlog outlasted it). This batch does nothing and fails, which ends the
+            # query; Spark runs it again after the restart.
+            self._quiet_stop_failure()
+            log.info("batch %d not started: stopping", batch_id)
+            raise BatchCutShort(f"batch {batch_id} not started: stopping")
         # One expression list: a call into the JVM per Column object cost ~5 ms a batch.
         rows = df.selectExpr(*SOURCE_COLUMNS)
         try:
@@ -134,8 +143,20 @@ class Consumer:
             # Cut short by a stop. The batch must still fail (returning would let Spark's
             # checkpoint pass it), but with a short error: the interrupted job's Java stack
             # in it sent Spark's error parsing into a StackOverflowError on stderr.
+            self._quiet_stop_failure()
             log.info("batch %d cut short by the stop: it runs again after the restart", batch_id)
             raise BatchCutShort(f"batch {batch_id} cut short by a stop") from None
+
+    def _quiet_stop_failure(self) -> None:
+        """The batch failed on purpose by a stop is not an error: py4j and Spark's query would
+        log it as one, with a Python traceback inside a Java one."""
+        logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+        try:
+            jvm = self.spark.sparkContext._jvm
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF)
+        except Exception as err:  # noqa: BLE001 - only the log's noise is at stake
+            log.info("could not quiet Spark's query log: %s", str(err).strip().splitlines()[0][:200])
 
     def _start_query(self, until_idle: bool):
         src = self.s.source
@@ -267,6 +288,10 @@ class Consumer:
         if self.runtime.disabled:
             self._close_clients()
             return self.runtime.disabled.exit_code
+        if self.runtime.stopping.is_set():  # a SIGTERM while Spark started: nothing to finish
+            log.info("stopped while starting: the source not read")
+            self._close_clients()
+            return ExitCode.OK
         self.update_depths()
         # Retries fall due while the source is still being read: the pump runs beside the
         # source query in both modes.
