@@ -269,8 +269,7 @@ class Consumer:
             while (self.query is not None and self.query.isActive
                    and self.query.status.get("isTriggerActive") and time.monotonic() < deadline):
                 time.sleep(0.1)
-            # The batch cut short fails on purpose; py4j would log that at ERROR with a traceback.
-            logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+            self._quiet_stop_failure()  # the batch cut short fails on purpose
             try:
                 self._stop_query()
             except Exception as err:  # noqa: BLE001 - the main thread may be stopping Spark already
