@@ -73,17 +73,16 @@ async def first_reconcile(consumers: list[Mapping[str, Any]], record: Mapping[st
         await k.close()
 
 
-async def scale_to_zero(namespace: str, deployments: list[str], replicas: int = 0,
-                        workers: int = 16) -> list[float]:
+async def scale_to_zero(namespace: str, deployments: list[str]) -> list[float]:
     """All Deployments scaled to 0 at once through the urgent slots (16 in flight) and the
     scale subresource, as the operator scales a burst of disabled consumers: each one's
     seconds from the start."""
-    k = kube.Kube(login, workers)
+    k = kube.Kube(login)
     t0 = time.monotonic()
     done: list[float] = []
 
     async def one(name: str) -> None:
-        await k.patch(kube.DEPLOYMENT, namespace, name, {"spec": {"replicas": replicas}}, subresource="scale",
+        await k.patch(kube.DEPLOYMENT, namespace, name, {"spec": {"replicas": 0}}, subresource="scale",
                       urgent=True)
         done.append(time.monotonic() - t0)
 
