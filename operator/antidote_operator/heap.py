@@ -1,4 +1,5 @@
-"""The operator's heap on glibc: fewer malloc arenas, and free memory given back.
+"""The operator's heap: fewer malloc arenas and free memory given back (glibc), and fewer
+passes of Python's cyclic garbage collector over long-lived state.
 
 glibc gives each thread that allocates its own malloc arena (up to 8 per core), and a freed
 chunk stays in its arena. The API client runs on the event loop (`kube.Kube`, no threads),
@@ -10,6 +11,7 @@ of a first reconcile. Elsewhere than glibc both do nothing.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 
 log = logging.getLogger("antidote.operator")
@@ -48,3 +50,22 @@ def small_tls_buffers(size: int = TLS_READ_BUFFER) -> None:
 
     if getattr(asyncio.sslproto.SSLProtocol, "max_size", 0) > size:
         asyncio.sslproto.SSLProtocol.max_size = size
+
+
+# Young objects between collections of the youngest generation (Python's default: 700), and
+# the collections of each generation before the next older one is collected (10, 10).
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def fewer_collections() -> None:
+    """The operator's heap is mostly long-lived: Kopf, pydantic and the modules, and each
+    consumer's state. With Python's default thresholds, at 1,000 consumers a third of the
+    operator's CPU went to the cyclic collector: 53 full collections in 142 s, each walking
+    every object (0.05-0.44 s, during which the event loop stands still), about a second of
+    a 3-second burst of disables (docs/performance.md). Call once everything is imported:
+    what exists then is frozen (never walked again), and young collections come every
+    10,000 new objects instead of 700, so older ones about 14 times less often. Objects are
+    still freed when their last reference goes; only garbage in reference cycles waits
+    longer (50,000 held the RSS of 1,000 consumers at 121 MB, 10,000 at 118 MB)."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)

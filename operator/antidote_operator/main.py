@@ -63,6 +63,9 @@ def run(options: Options, verbose: bool = False) -> int:
     _logging(verbose)
     heap.limit_arenas()  # before any thread exists (DNS lookups, the metrics server)
     heap.small_tls_buffers()  # before the first connection
+    from . import handlers  # noqa: F401 - what `operate` runs, imported before the freeze
+
+    heap.fewer_collections()  # the process's own; not in `operate`, which tests run in theirs
     where = ", ".join(options.namespaces) if options.namespaces else "all namespaces"
     log.info("antidote operator: watching %s; metrics %s; %s", where,
              f"on :{options.metrics_port}" if options.metrics_port else "off",
