@@ -30,6 +30,7 @@ import asyncio
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -148,6 +149,22 @@ class Bench:
                 stdout=subprocess.DEVNULL, stderr=(self.profile / f"py-spy-{tag}.log").open("wb")))
             log(f"profiling the operator into {out}")
         return proc, port, logfile
+
+    def window(self, proc: subprocess.Popen[bytes], tag: str) -> subprocess.Popen[bytes] | None:
+        """With --profile, a second sampler over one phase only (SIGINT ends it: `end_window`)."""
+        if self.profile is None:
+            return None
+        out = self.profile / f"operator-{tag}.txt"
+        return subprocess.Popen(
+            [py_spy(), "record", "--pid", str(proc.pid), "--rate", "100", "--format", "raw",
+             "--threads", "--nonblocking", "--output", str(out)],
+            stdout=subprocess.DEVNULL, stderr=(self.profile / f"py-spy-{tag}.log").open("wb"))
+
+    @staticmethod
+    def end_window(sampler: subprocess.Popen[bytes] | None) -> None:
+        if sampler is not None:
+            sampler.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+            sampler.wait(60)
 
     def wait(self, what: str, fn, timeout: float = 600, interval: float = 1.0):
         deadline = time.monotonic() + timeout
@@ -407,7 +424,11 @@ def main() -> int:
             time.sleep(3)
             log(f"burst: {len(names)} crossings at once")
             h0 = operator_histogram(_port, "antidote_operator_disable_seconds")
-            burst = crossing(bench, fake, ns, names, 0.0, zeros)
+            sampler = bench.window(proc, "burst")
+            try:
+                burst = crossing(bench, fake, ns, names, 0.0, zeros)
+            finally:
+                bench.end_window(sampler)
             h1 = operator_histogram(_port, "antidote_operator_disable_seconds")
             acting = (h1[0] - h0[0]) / max(1.0, h1[1] - h0[1])
             cpu = cpu_seconds(proc.pid) - cpu0
