@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import os
 import random
 import re
@@ -39,6 +41,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,6 +53,7 @@ from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from antidote_devstack.procs import terminate as stop  # noqa: E402
+from antidote_operator import heap  # noqa: E402
 from benchmarks import api_floor, bench_stack  # noqa: E402
 from benchmarks.consumer_pages import FakeConsumers, free_port  # noqa: E402
 
@@ -319,8 +323,29 @@ class ZeroWatcher:
         self.zero_at.clear()
 
 
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """Python's cyclic collector off in this process while a window is timed, as `timeit`
+    does: a full collection here (up to 0.7 s with 1,000 consumers' pages and watch events
+    in memory) delays the page a consumer answers, or when a Deployment's 0 is seen, and
+    would be counted as the operator's latency or the floor's."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def crossing(bench: Bench, fake: FakeConsumers, ns: str, names: list[str], spread: float,
              zeros: ZeroWatcher) -> list[float]:
+    with collector_off():
+        return _crossing(bench, fake, ns, names, spread, zeros)
+
+
+def _crossing(bench: Bench, fake: FakeConsumers, ns: str, names: list[str], spread: float,
+              zeros: ZeroWatcher) -> list[float]:
     zeros.reset()
     crossed: dict[str, float] = {}
     if spread:
@@ -364,11 +389,13 @@ def floor(bench: Bench, fake: FakeConsumers, n: int, template: dict) -> tuple[fl
         record = {k: v for k, v in template["metadata"].get("annotations", {}).items()
                   if k.startswith("kopf.antidote.dev/")}
         before = api_requests(bench)
-        took = asyncio.run(api_floor.first_reconcile(consumers, record, template["status"]))
+        with collector_off():  # its pauses would lower the bar the operator is read against
+            took = asyncio.run(api_floor.first_reconcile(consumers, record, template["status"]))
         log(f"floor: first-reconcile requests took {took:.1f}s; API requests meanwhile: "
             f"{requests_line(before, api_requests(bench))}")
         deployments = [d.metadata.name for d in bench.apps.list_namespaced_deployment(ns).items]
-        burst = asyncio.run(api_floor.scale_to_zero(ns, deployments))
+        with collector_off():
+            burst = asyncio.run(api_floor.scale_to_zero(ns, deployments))
         log(f"floor: {len(burst)} Deployments to 0 replicas, the last after {max(burst):.2f}s")
         return took, burst
     finally:
@@ -395,6 +422,11 @@ def main() -> int:
         py_spy()
         args.profile.mkdir(parents=True, exist_ok=True)
     random.seed(7)
+    # This process is the load generator (the consumers' pages, served from a thread) and the
+    # clock (the watch that times each Deployment's 0, the floor's client). With Python's
+    # default collector thresholds it paused for up to 0.7 s at a time (80 full collections
+    # in a run, 28 s of its CPU). The operator's own tuning here; off while timing (below).
+    heap.fewer_collections()
 
     stack, own = bench_stack.up()
     workdir = Path(tempfile.mkdtemp(prefix="antidote-operator-bench-"))
