@@ -3,8 +3,9 @@ client with no operator, no Kopf and no watch.
 
 `operator_scale.py` runs this in the same run as the operator and prints the operator's
 figures against it. Each consumer's requests are those the server counted for one
-consumer's first reconcile by the operator (its children created, Kopf's finalizer and
-record of the handled spec, two status writes and one Event), with bodies of the same kind
+consumer's first reconcile by the operator as the chart runs it (its children created,
+Kopf's record of the handled spec, two status writes and one Event; no finalizer: see
+docs/operator.md, "Deleting a QueueConsumer"), with bodies of the same kind
 and size: the children come from the operator's own builders, the status and Kopf's
 annotations are copied from a consumer the operator reconciled. They go through the
 operator's own API client (`kube.Kube`) with its 16 calls in flight, in the same order per
@@ -30,9 +31,6 @@ from antidote_operator.builders import driver
 from antidote_operator.builders.common import RenderOptions
 from antidote_operator.kube_login import login
 
-FINALIZER = "antidote.dev/finalizer"
-
-
 def consumer_children(qc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What the operator creates for `qc`: its children and the Spark auth Secret."""
     meta = qc["metadata"]
@@ -48,7 +46,6 @@ async def _first_reconcile(k: kube.Kube, qc: Mapping[str, Any], record: Mapping[
                            status: Mapping[str, Any]) -> None:
     meta = qc["metadata"]
     ns, name = meta["namespace"], meta["name"]
-    await k.patch(kube.QUEUE_CONSUMER, ns, name, {"metadata": {"finalizers": [FINALIZER]}})
     for child in consumer_children(qc):
         await k.create(kube.BY_KIND[child["kind"]], ns, child)
     await k.patch(kube.QUEUE_CONSUMER, ns, name, {"status": dict(status)}, subresource="status")

@@ -24,6 +24,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="with --dev-runner: write Prometheus file_sd target files for this operator's "
                         "/metrics and each consumer's into DIR (default $ANTIDOTE_PROMETHEUS_TARGETS, "
                         "which `antidote dev env` exports with `dev up --prometheus`)")
+    p.add_argument("--finalizer", action="store_true",
+                   help="hold antidote.dev/finalizer on each QueueConsumer and delete its children "
+                        "when it is deleted, for an API server without a garbage collector (the "
+                        "local stack; implied by --dev-runner). Without it a cluster's garbage "
+                        "collector deletes them through their owner references")
     p.add_argument("--metrics-port", type=int, default=8080,
                    help="serve the operator's own /metrics on this port (0: off; default 8080)")
     p.add_argument("--peering", metavar="NAME", default=None,
@@ -71,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     render = RenderOptions(**{k: v for k, v in given.items() if v})
     options = Options(
         namespaces=[] if args.all_namespaces else list(args.namespaces),
-        dev_runner=args.dev_runner, dev_runner_dir=args.dev_runner_dir,
+        dev_runner=args.dev_runner, finalizer=args.finalizer or args.dev_runner, dev_runner_dir=args.dev_runner_dir,
         dev_runner_master=args.dev_runner_master, dev_runner_targets=args.dev_runner_targets,
         metrics_port=args.metrics_port or None, peering=args.peering, priority=args.priority,
         scrape_interval=args.scrape_interval, metrics_url_template=args.metrics_url_template,

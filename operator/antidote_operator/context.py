@@ -43,6 +43,10 @@ def brief(err: BaseException) -> str:
 class Options:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     dev_runner: bool = False
+    # Hold antidote.dev/finalizer and delete a deleted consumer's children itself: for an API
+    # server without a garbage collector (the local stack). A cluster's collector deletes
+    # them through their owner references.
+    finalizer: bool = False
     dev_runner_dir: str | None = None
     dev_runner_master: str = "local[2]"
     dev_runner_targets: str | None = None  # file_sd folder of the stack's Prometheus

@@ -61,10 +61,12 @@ class Operator:
     """`antidote operator -n NS` as a subprocess; stopped with SIGTERM like a pod."""
 
     def __init__(self, kubeconfig: str, namespace: str, log_path: Path, *extra: str,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, finalizer: bool = True):
         self.metrics_port = free_port()
+        # --finalizer: the local stack has no garbage collector to delete a consumer's children.
         self.argv = [ANTIDOTE, "operator", "--namespace", namespace, "--metrics-port", str(self.metrics_port),
-                     "--scrape-interval", "0.5", "--poison-event-interval", "5", *extra]
+                     "--scrape-interval", "0.5", "--poison-event-interval", "5",
+                     *(["--finalizer"] if finalizer else []), *extra]
         self.env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": str(ROOT), **(env or {})}
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None

@@ -245,6 +245,27 @@ def test_deleting_the_consumer_removes_its_children(k: Cluster, kubeconfig: str,
         wait_for(lambda: not any(k.children("gone").values()), "no children left")
 
 
+def test_without_finalizer_none_is_held_and_an_older_operators_is_taken_off(
+        k: Cluster, kubeconfig: str, kafka_bootstrap: str, tmp_path) -> None:
+    """As the chart runs it (a cluster's garbage collector deletes the children): the
+    consumer is reconciled without Kopf's finalizer, one an earlier operator added goes, and
+    a delete is not held up by the operator."""
+    k.create(policy("p"))
+    k.create(consumer("new", "p", kafka_bootstrap, "new"))
+    older = consumer("older", "p", kafka_bootstrap, "older")
+    older["metadata"]["finalizers"] = ["antidote.dev/finalizer"]
+    k.create(older)
+    with operator(kubeconfig, k.ns, tmp_path, finalizer=False):
+        wait_for(lambda: all(k.children("new").values()) and all(k.children("older").values()), "children")
+        wait_for(lambda: not (k.qc("older") or {}).get("metadata", {}).get("finalizers"),
+                 "the older operator's finalizer taken off")
+        assert not k.qc("new")["metadata"].get("finalizers")
+        k.delete("queueconsumers", "new")
+        wait_for(lambda: k.qc("new") is None, "the QueueConsumer gone at once")
+    # The children stay for the garbage collector, which this stack does not run.
+    assert all(k.children("new").values())
+
+
 def settle(k: Cluster, names: tuple[str, ...], quiet: float = 3.0) -> None:
     """Wait until the consumers and their Deployments stop changing for `quiet` seconds."""
     def versions() -> list[str | None]:
