@@ -164,9 +164,9 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     check = plan.check
     order = TaskOrder(cfg.max_held, cfg.chains, cfg.delays) if cfg.max_held else None
     # Result rows are gathered across the task's Arrow batches and sent in as few batches as
-    # the memory bound allows: each batch sent costs a fixed ~0.4 ms (from_pydict, pyspark's
-    # struct wrapping, the stream write, the JVM's read), and at 1% poison nearly every
-    # 256-row input batch had a failure or two, so that was most of what a failure cost here
+    # the memory bound allows: each batch sent has a fixed cost (from_pydict, pyspark's struct
+    # wrapping, the stream write, the JVM's read), and at 1% poison nearly every 256-row
+    # input batch had a failure or two, so that was most of what failures cost here
     # (profiled). They are sent once they reach the largest input batch seen (checked where
     # a row is added): never more rows than Spark's own batches hold (maxRecordsPerBatch,
     # which the consumer sets from the topic's max.message.bytes), the same memory bound.
