@@ -5,12 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import pyarrow as pa
-
 from antidote_consumer.driver.ledger import BATCH, LedgerState
 from antidote_consumer.driver.consumer import starting_offsets
 from antidote_consumer.driver.frames import BatchResult, HandlerMap, floor_condition
-from antidote_consumer.worker.executor import INPUT_FIELDS, WorkerConfig, _note_ends, _note_one_partition, arrow_schema
+from antidote_consumer.worker.executor import WorkerConfig, _note_ends, _note_one_partition
 
 
 def test_a_consumer_the_ledger_knows_nothing_of_starts_as_its_policy_says() -> None:
@@ -34,12 +32,9 @@ def test_partitions_the_ledger_knows_beyond_the_count_are_kept() -> None:
     assert json.loads(starting_offsets("t", "earliest", 1, {0: 1, 3: 9}, {})) == {"t": {"0": 1, "3": 9}}
 
 
-def _batch(rows: list[tuple[str, int, int]]):
-    schema = arrow_schema(INPUT_FIELDS)
-    cols = {"key": [None] * len(rows), "value": [b"v"] * len(rows),
-            "topic": [t for t, _, _ in rows], "partition": [p for _, p, _ in rows],
-            "offset": [o for _, _, o in rows], "ts": [0] * len(rows), "headers": [[]] * len(rows)}
-    return pa.RecordBatch.from_pydict(cols, schema=schema)
+def _cols(rows: list[tuple[str, int, int]]) -> tuple[list, list, list]:
+    """The topic, partition and offset columns of rows, as the worker's loop holds them."""
+    return [t for t, _, _ in rows], [p for _, p, _ in rows], [o for _, _, o in rows]
 
 
 def test_the_floor_is_one_sql_condition_with_long_offsets_and_no_floor_for_unknown_partitions() -> None:
@@ -74,12 +69,12 @@ def test_the_handler_udf_is_made_again_only_when_the_worker_config_changes(monke
 
 def test_the_ends_are_the_last_offset_read_per_topic_and_partition() -> None:
     ends: dict = {}
-    _note_ends(_batch([("a", 0, 5), ("a", 0, 9), ("a", 1, 2), ("b", 0, 4)]), ends)
-    _note_ends(_batch([("a", 0, 7), ("a", 0, 11)]), ends)
-    _note_ends(_batch([]), ends)
-    _note_ends(_batch([("a", 1, 1)]), ends)  # one group, behind what is known: kept
+    _note_ends(*_cols([("a", 0, 5), ("a", 0, 9), ("a", 1, 2), ("b", 0, 4)]), ends)
+    _note_ends(*_cols([("a", 0, 7), ("a", 0, 11)]), ends)
+    _note_ends(*_cols([]), ends)
+    _note_ends(*_cols([("a", 1, 1)]), ends)  # one group, behind what is known: kept
     assert ends == {("a", 0): 11, ("a", 1): 2, ("b", 0): 4}
-    _note_ends(_batch([("b", 0, 6), ("c", 0, 3)]), ends)  # one partition, two topics
+    _note_ends(*_cols([("b", 0, 6), ("c", 0, 3)]), ends)  # one partition, two topics
     assert ends == {("a", 0): 11, ("a", 1): 2, ("b", 0): 6, ("c", 0): 3}
 
 

@@ -196,3 +196,28 @@ def test_a_handler_that_does_not_unwind_ends_its_process() -> None:
     # machine): the limit and its grace, not an hour. CLOCK_MONOTONIC is the machine's.
     started = float(proc.stdout.split()[1])
     assert ended - started < 8
+
+
+def test_failures_of_many_input_batches_come_back_in_few_batches_bounded_by_the_input() -> None:
+    """Each batch sent back costs a fixed amount (see process): the failures of a task's
+    Arrow batches are gathered, never more rows in one than the largest input batch."""
+    cfg = WorkerConfig(handler=f"{__name__}:handler", source_topic="src", immediate=0, cycles=1,
+                       non_retryable=frozenset(), validation=None, sink_kafka=None,
+                       emit_outputs=False)
+    # 12 input batches of 10 messages, 2 failures each: 24 failures, plus the summary and end.
+    inputs = [batch([b"bad:%d" % i if i % 5 == 0 else b"ok:%d" % i for i in range(j * 10, j * 10 + 10)])
+              for j in range(12)]
+    out = list(process(cfg, iter(inputs)))
+    rows = [r for b in out for r in b.to_pylist()]
+    failed = sorted(r["value"] for r in rows if r["kind"] == "retry")
+    assert failed == sorted(b"bad:%d" % i for i in range(0, 120, 5))  # every failure, once
+    assert [r["kind"] for r in rows].count("summary") == 1
+    assert len(out) < 12 and all(b.num_rows <= 10 for b in out[:-1])
+    # With an output row per message (a path sink), a batch sent back never holds more
+    # rows than an input batch.
+    emitting = WorkerConfig(handler=f"{__name__}:handler", source_topic="src", immediate=0, cycles=1,
+                            non_retryable=frozenset(), validation=None, sink_kafka=None,
+                            emit_outputs=True)
+    out = list(process(emitting, iter(inputs)))
+    assert sum(r["kind"] in ("ok", "retry") for b in out for r in b.to_pylist()) == 120
+    assert all(b.num_rows <= 10 for b in out[:-1])

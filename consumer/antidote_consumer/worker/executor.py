@@ -163,14 +163,26 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
     ok = Verdict.OK
     check = plan.check
     order = TaskOrder(cfg.max_held, cfg.chains, cfg.delays) if cfg.max_held else None
+    # Result rows are gathered across the task's Arrow batches and sent in as few batches as
+    # the memory bound allows: each batch sent has a fixed cost (from_pydict, pyspark's struct
+    # wrapping, the stream write, the JVM's read), and at 1% poison nearly every 256-row
+    # input batch had a failure or two, so that was most of what failures cost here
+    # (profiled). They are sent once they reach the largest input batch seen (checked where
+    # a row is added): never more rows than Spark's own batches hold (maxRecordsPerBatch,
+    # which the consumer sets from the topic's max.message.bytes), the same memory bound.
+    out: dict[str, list] = {name: [] for name in RESULT_FIELDS}
+    cap = 1
     # The hot loop: a success costs one Message, one handler call and one produce; everything a
     # failure needs (origin, headers parsing, error details) is built only on failure.
     for batch in batches:
-        keys, values, topics, parts, offsets, stamps, headers = (
+        # An Arrow batch (Spark), or its columns as lists already: the local worker's rows were
+        # made into Arrow only to be turned back into lists here (with the group-by of their
+        # ends, about a third of that process's samples at 1% poison).
+        keys, values, topics, parts, offsets, stamps, headers = batch if isinstance(batch, tuple) else (
             batch.column(name).to_pylist() for name in INPUT_COLUMNS)
         if not _note_one_partition(topics, parts, offsets, ends):
-            _note_ends(batch, ends)
-        out: dict[str, list] = {name: [] for name in RESULT_FIELDS}
+            _note_ends(topics, parts, offsets, ends)
+        cap = max(cap, len(keys))
         now = int(time.time() * 1000)
         for key, value, topic, partition, offset, ts, raw in zip(
                 keys, values, topics, parts, offsets, stamps, headers):
@@ -208,6 +220,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           h.Origin(topic, partition, offset, ts), topic, partition, offset,
                           0, 0, Reason.VALIDATION.value, "antidote.ValidationError", str(err),
                           None, now, now, None)
+                    if len(out["kind"]) >= cap:
+                        yield _sent(out)
                     continue
                 cycle, before, first, o = state.cycle, state.attempts, state.first_failure, state.origin
                 held = h.HELD in (k for k, _ in user)
@@ -227,6 +241,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           topic, partition, offset, before, decided.cycle,
                           HELD_OVERFLOW if overflow else None, None, None, None,
                           first if first is not None else now, decided.due, None)
+                    if len(out["kind"]) >= cap:
+                        yield _sent(out)
                     continue
             # The first attempt is made here, inline: a pass through run_pass costs ~2.5us a
             # message (an Outcome, enum lookups), as much as a small handler. run_pass takes
@@ -265,6 +281,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           result.reason.value if result.reason else None, result.error_class,
                           result.error_message, result.stack, first if first is not None else now,
                           now, None, result.chosen, result.retry_after)
+                    if len(out["kind"]) >= cap:
+                        yield _sent(out)
                     continue
                 output, calls = result.output, result.attempts
             n_ok += 1
@@ -285,8 +303,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
             elif cfg.emit_outputs:
                 _emit(out, "ok", key, value, user, _origin(msg), topic, partition, offset,
                       before + calls, cycle, None, None, None, None, None, None, output)
-        if out["kind"]:
-            yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
+                if len(out["kind"]) >= cap:
+                    yield _sent(out)
     if producer is not None:
         remaining = producer.flush(SINK_WAIT_S)
         if remaining or _sink_errors:
@@ -308,7 +326,9 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                    + [o for o, _ in waiting.values()],
                    error_message=[None] * (1 + len(ends)) + [c for _, c in chains] + [None] * len(waiting),
                    last_failure=[None] * (n - len(waiting)) + [d for _, d in waiting.values()])
-    yield pa.RecordBatch.from_pydict(summary, schema=_arrow_schema())
+    for name in RESULT_FIELDS:  # the rows still gathered go with the summary, in one batch
+        out[name] += summary[name]
+    yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
 
 
 def _has_ours(headers) -> bool:
@@ -336,19 +356,24 @@ def _note_one_partition(topics: list, parts: list, offsets: list, ends: dict[tup
     return True
 
 
-def _note_ends(batch, ends: dict[tuple[str, int], int]) -> None:
-    """The last offset of each (topic, partition) in an Arrow batch, folded into `ends`: the
-    batch that mixes partitions (a retry batch read by the local worker)."""
+def _note_ends(topics: list, parts: list, offsets: list, ends: dict[tuple[str, int], int]) -> None:
+    """The last offset of each (topic, partition) of rows that mix partitions (a retry batch
+    read by the local worker), folded into `ends`: a loop over ~1,000 rows costs less than
+    Arrow's group-by, whose fixed cost (and first import) was most of it."""
+    for where in zip(topics, parts, offsets):
+        key = where[:2]
+        if where[2] > ends.get(key, -1):
+            ends[key] = where[2]
+
+
+def _sent(out: dict[str, list]):
+    """The rows gathered in `out` as one Arrow batch; `out` is emptied for the next ones."""
     import pyarrow as pa
 
-    if batch.num_rows == 0:
-        return
-    table = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])])
-    groups = table.group_by(["topic", "partition"]).aggregate([("offset", "max")])
-    for topic, partition, last in zip(*(groups.column(c).to_pylist()
-                                        for c in ("topic", "partition", "offset_max"))):
-        if last > ends.get((topic, partition), -1):
-            ends[(topic, partition)] = last
+    sent = pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
+    for rows in out.values():
+        rows.clear()
+    return sent
 
 
 def _origin(msg: Message) -> h.Origin:

@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from .executor import INPUT_FIELDS, WorkerConfig, arrow_schema
+from .executor import INPUT_FIELDS, WorkerConfig
 
 log = logging.getLogger("antidote.consumer")
 
@@ -34,15 +34,11 @@ class Row(dict):
 
 
 def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict]:
-    import pyarrow as pa
-
     from .executor import process
 
-    schema = arrow_schema(INPUT_FIELDS)
-    columns = list(zip(*rows)) if rows else [[] for _ in INPUT_FIELDS]
-    batch = pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)],
-                                       schema=schema)
-    return [r for out in process(cfg, iter([batch])) for r in out.to_pylist()]
+    # The rows' columns as lists, the form process turns an Arrow batch into first.
+    columns = tuple(list(c) for c in zip(*rows)) if rows else tuple([] for _ in INPUT_FIELDS)
+    return [r for out in process(cfg, iter([columns])) for r in out.to_pylist()]
 
 
 def _warm(cfg: WorkerConfig) -> None:
