@@ -338,14 +338,9 @@ def collector_off() -> Iterator[None]:
             gc.enable()
 
 
+@collector_off()
 def crossing(bench: Bench, fake: FakeConsumers, ns: str, names: list[str], spread: float,
              zeros: ZeroWatcher) -> list[float]:
-    with collector_off():
-        return _crossing(bench, fake, ns, names, spread, zeros)
-
-
-def _crossing(bench: Bench, fake: FakeConsumers, ns: str, names: list[str], spread: float,
-              zeros: ZeroWatcher) -> list[float]:
     zeros.reset()
     crossed: dict[str, float] = {}
     if spread:
