@@ -4,10 +4,11 @@ client with no operator, no Kopf and no watch.
 `operator_scale.py` runs this in the same run as the operator and prints the operator's
 figures against it. Each consumer's requests are those the server counted for one
 consumer's first reconcile by the operator as the chart runs it (its children created,
-Kopf's record of the handled spec, two status writes and one Event; no finalizer: see
-docs/operator.md, "Deleting a QueueConsumer"), with bodies of the same kind
-and size: the children come from the operator's own builders, the status and Kopf's
-annotations are copied from a consumer the operator reconciled. They go through the
+two status writes and one Event; no finalizer: see docs/operator.md, "Deleting a
+QueueConsumer"; Kopf's record of the handled spec is kept in the operator's memory), with
+bodies of the same kind and size: the children come from the operator's own builders, the
+status (and any Kopf annotations, which an operator before 2026-11-26 wrote) is copied from
+a consumer the operator reconciled. They go through the
 operator's own API client (`kube.Kube`) with its 16 calls in flight, in the same order per
 consumer, consumers side by side. What is left between the operator and this floor is the
 operator's own cost: its CPU taken from the API server on the same cores, Kopf's watch
@@ -49,7 +50,8 @@ async def _first_reconcile(k: kube.Kube, qc: Mapping[str, Any], record: Mapping[
     for child in consumer_children(qc):
         await k.create(kube.BY_KIND[child["kind"]], ns, child)
     await k.patch(kube.QUEUE_CONSUMER, ns, name, {"status": dict(status)}, subresource="status")
-    await k.patch(kube.QUEUE_CONSUMER, ns, name, {"metadata": {"annotations": dict(record)}})
+    if record:  # as the operator does: none since Kopf's record is kept in its memory
+        await k.patch(kube.QUEUE_CONSUMER, ns, name, {"metadata": {"annotations": dict(record)}})
     # The first metrics sample: a second status write, and the Event it brings.
     later = copy.deepcopy(dict(status))
     later["observedAt"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

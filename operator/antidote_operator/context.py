@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import kube
 from .builders.common import RenderOptions
 from .metrics import OperatorMetrics
+from .handled_specs import HandledSpecs
 from .listed_children import ListedChildren
 from .peering import PeeringGate, own_identity
 from .single_flight import SingleFlight
@@ -76,6 +77,7 @@ class Context:
         self.reader_index = JobIndex()  # reader Jobs per consumer, from the watch stream
         self.listed_children = ListedChildren(kube_client)  # a restart's reads (once)
         self.flight = SingleFlight()  # reads that concurrent reconciles share
+        self.handled_specs = HandledSpecs()  # Kopf's record of what it handled (in memory)
         # PoisonPolicy specs and which consumers use each policy, from the watch streams.
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.users: dict[tuple[str, str], set[str]] = {}

@@ -21,6 +21,7 @@ from .builders.common import LABEL_CONSUMER
 from . import kube_login, reader_control
 from .kube import ApiError
 from .context import Context
+from .handled_specs import KOPF_PREFIX
 from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_consumer
 from .policy_status import policy_status
 from .watcher import Watcher
@@ -31,8 +32,6 @@ PP = (GROUP, VERSION, "poisonpolicies")
 # Spark's business (it replaces executors), not the queue's.
 DRIVER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "driver"}
 READER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "reader"}
-
-KOPF_PREFIX = "kopf.antidote.dev"
 
 log = logging.getLogger("antidote.operator")
 
@@ -50,13 +49,12 @@ async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInf
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
-    # Kopf's bookkeeping in annotations (the CRDs' status schema, generated from
-    # antidote_api, keeps no place for it) under a prefix of its own: Kopf ignores changes
-    # to annotations with its prefix, and users' antidote.dev/resume must not be ignored.
+    # Kopf's progress while a handler retries goes in annotations (the CRDs' status schema,
+    # generated from antidote_api, keeps no place for it); its record of the handled spec
+    # stays in memory (handled_specs: one PATCH and one watch event fewer per change).
     settings.persistence.finalizer = "antidote.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_PREFIX, key="last-handled-configuration")
+    settings.persistence.diffbase_storage = ctx.handled_specs
     # The operator posts its Events itself (on condition transitions); none from Kopf.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
@@ -100,6 +98,7 @@ async def policy_event(event: kopf.RawEvent, namespace: str, name: str, spec: ko
                        memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
     if event["type"] == "DELETED":
+        ctx.handled_specs.forget(event["object"].get("metadata", {}).get("uid"))
         ctx.policies.pop((namespace, name), None)
         # Its users now lack a policy: say so on each (they keep running as they were).
         for consumer in ctx.users.get((namespace, name), ()):
@@ -113,6 +112,7 @@ async def consumer_event(event: kopf.RawEvent, namespace: str, name: str, spec: 
                          memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
     if event["type"] == "DELETED":
+        ctx.handled_specs.forget(event["object"].get("metadata", {}).get("uid"))
         ctx.note_user(namespace, name, None)
         ctx.registry.forget(namespace, name)
         ctx.reader_index.forget(namespace, name)
@@ -203,8 +203,11 @@ async def reconcile_policy(body: kopf.Body, spec: kopf.Spec, status: kopf.Status
     if event is not None:
         await post_event(ctx, body, event)
     ctx.metrics.reconciles.labels("PoisonPolicy", "ok").inc()
-    if reason == kopf.Reason.RESUME:
-        return  # each consumer resumes by itself, reading the policy then
+    if reason != kopf.Reason.UPDATE and int(status.get("observedGeneration") or 0) == int(meta.get("generation", 1)):
+        # An operator's start: Kopf's record of the handled spec is in memory (handled_specs),
+        # so every policy reads as created then. This generation was handled before, and each
+        # consumer resumes by itself, reading the policy then.
+        return
     ctx.policies[(namespace, name)] = dict(spec)
     for consumer in ctx.users.get((namespace, name), ()):
         ctx.syncer.kick(namespace, consumer)
