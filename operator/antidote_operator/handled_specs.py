@@ -18,6 +18,7 @@ event arrives.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable
 from typing import Any, cast
@@ -29,6 +30,9 @@ import kopf
 # with its prefix, and users' antidote.dev/resume must not be ignored.
 KOPF_PREFIX = "kopf.antidote.dev"
 
+_NOT_ESSENCE = frozenset({"apiVersion", "kind", "metadata", "status"})
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
 
 class HandledSpecs(kopf.DiffBaseStorage):
     def __init__(self, own_prefix: str = KOPF_PREFIX) -> None:
@@ -39,6 +43,28 @@ class HandledSpecs(kopf.DiffBaseStorage):
         self._records: dict[str, str] = {}
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        """What Kopf's own `build` gives, without deep-copying the whole body first: Kopf
+        copies metadata (managedFields included) and status, then drops them, on every watch
+        event of a QueueConsumer (each status write comes back as one)."""
+        if extra_fields:  # handlers on status fields (none here): Kopf's way, exactly
+            return self.kopf_build(body=body, extra_fields=extra_fields)
+        essence = {k: copy.deepcopy(v) for k, v in body.items() if k not in _NOT_ESSENCE}
+        meta = body.get("metadata") or {}
+        picked: dict[str, Any] = {}
+        if "labels" in meta:
+            picked["labels"] = copy.deepcopy(meta["labels"])
+        if "annotations" in meta:
+            annotations = meta["annotations"] or {}
+            others = tuple(f"{p}/" for p in self._detect_marked_prefixes(annotations))
+            picked["annotations"] = {k: v for k, v in annotations.items()
+                                     if k != _LAST_APPLIED and not k.startswith(self._own)
+                                     and not (others and k.startswith(others))}
+        if picked:
+            essence["metadata"] = picked
+        self.remove_empty_stanzas(cast(kopf.BodyEssence, essence))
+        return cast(kopf.BodyEssence, essence)
+
+    def kopf_build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
         essence = super().build(body=body, extra_fields=extra_fields)
         annotations = cast(dict[str, Any], essence).get("metadata", {}).get("annotations")
         if annotations:

@@ -44,3 +44,27 @@ def test_records_are_per_object_and_forgotten() -> None:
     store.forget(None)
     assert store.fetch(body=a) is None and store.fetch(body=b) == {"spec": {"topic": "b"}}
     assert len(store) == 1
+
+
+def test_build_gives_what_kopfs_own_build_gives() -> None:
+    store = HandledSpecs()
+    bodies = [
+        body(),
+        body(annotations={"antidote.dev/resume": "2026-11-26T00:00:00Z", f"{KOPF_PREFIX}/reconcile_consumer": "{}",
+                          "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                          "other.example/kopf-managed": "yes", "other.example/x": "1",
+                          "kopf.zalando.org/last-handled-configuration": "{}", "team": "a"}),
+        kopf.Body({"apiVersion": "v1", "kind": "X", "metadata": {"name": "n", "labels": {"app": "a"},
+                                                                  "managedFields": [{"manager": "m"}]},
+                   "spec": {"nested": {"list": [1, {"a": 2}]}}, "status": {"conditions": []}, "data": {"k": "v"}}),
+        kopf.Body({"metadata": {"name": "n", "labels": {}, "annotations": {}}, "spec": {}}),
+        kopf.Body({"metadata": {"name": "n"}}),
+    ]
+    for b in bodies:
+        fast, kopfs = store.build(body=b), store.kopf_build(body=b)
+        assert fast == kopfs, (fast, kopfs)
+    # A copy: changing the body later does not change the record.
+    b = bodies[2]
+    essence = store.build(body=b)
+    b["spec"]["nested"]["list"].append(3)
+    assert essence["spec"]["nested"]["list"] == [1, {"a": 2}]
