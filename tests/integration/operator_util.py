@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,6 +94,39 @@ class Operator:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def operator_metric(port: int, line_prefix: str) -> float:
+    """The sum of the operator's metric lines that start with `line_prefix`."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_prefix))
+
+
+RECONCILES = 'antidote_operator_reconciles_total{kind="QueueConsumer"'
+ROUNDS = "antidote_operator_scrape_round_seconds_count"
+
+
+def reconciles(op: Operator) -> float:
+    """QueueConsumer reconciles the operator finished (any result)."""
+    return operator_metric(op.metrics_port, RECONCILES)
+
+
+def wait_settled(op: Operator, *, reconciled_past: float | None = None, rounds: int = 3,
+                 timeout: float = 60.0) -> None:
+    """Before asserting that the operator did *not* do something: wait until it has looked.
+    With `reconciled_past` (`reconciles(op)` read before the test's change, or 0 for a
+    restarted operator), until a QueueConsumer reconcile has ended since (Kopf's handler for
+    the change, or a start's resume, ran to its end); then until the metrics watcher has
+    ended `rounds` more rounds, each of which scrapes every running consumer, syncs what
+    that shows and runs the time-based work (reader-Job triggers, schedules). Whatever the
+    operator would do about the change, it has done by then."""
+    if reconciled_past is not None:
+        wait_for(lambda: reconciles(op) > reconciled_past, "a reconcile by the operator", timeout=timeout,
+                 errors=(OSError,))
+    start = wait_for(lambda: operator_metric(op.metrics_port, ROUNDS) or None, "the operator's metrics watcher",
+                     timeout=timeout, errors=(OSError,))
+    wait_for(lambda: operator_metric(op.metrics_port, ROUNDS) >= start + rounds,
+             f"{rounds} more rounds of the operator's metrics watcher", timeout=timeout, errors=(OSError,))
 
 
 @contextmanager

@@ -9,13 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from kubernetes import client
 
 from .kafka_io import produce
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
+from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for, wait_settled
 
 pytestmark = pytest.mark.integration
 
@@ -86,9 +85,7 @@ def test_queue_disable_by_a_real_consumer_then_fix_and_resume(
     events_before = k.event_reasons("orders")
     children_before = k.children("orders")
     with operator(kubeconfig, k.ns, tmp_path, *args, env=env) as op:
-        wait_for(lambda: "Initial authentication has finished" in op.log().rsplit("DEV RUNNER ON", 1)[-1],
-                 "the restarted operator", timeout=20)
-        time.sleep(5)
+        wait_settled(op, reconciled_past=0)  # the restarted operator's resume, then its rounds
         # Restarted: still disabled, still 0 replicas, no new Events, no new objects.
         assert k.condition("orders", "QueueDisabled") == ("True", "SystemicFailure")
         assert k.replicas("orders") == 0

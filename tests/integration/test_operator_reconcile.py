@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -21,7 +20,8 @@ from antidote_api import PoisonPolicySpec, QueueConsumerSpec, resolve
 from antidote_api.semantics import EffectiveSettings
 from antidote_operator.handled_specs import KOPF_PREFIX
 
-from .operator_util import ANTIDOTE, Cluster, consumer, install_crds, operator, policy, wait_for
+from .operator_util import (ANTIDOTE, Cluster, consumer, install_crds, operator, operator_metric, policy,
+                            wait_for, wait_settled)
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +34,6 @@ def crds(api_client: client.ApiClient) -> None:
 @pytest.fixture
 def k(api_client: client.ApiClient, namespace: str, crds: None) -> Cluster:
     return Cluster(api_client, namespace)
-
-
-def operator_metric(port: int, line_prefix: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_prefix))
 
 
 def test_children_have_the_right_specs_and_owners(k: Cluster, kubeconfig: str, kafka_bootstrap: str,
@@ -181,7 +176,7 @@ def _terminated(name: str, code: int) -> dict:
 def test_pause_disable_by_exit_code_and_resume(k: Cluster, kubeconfig: str, kafka_bootstrap: str, tmp_path) -> None:
     k.create(policy("p"))
     k.create(consumer("pay", "p", kafka_bootstrap, "pay"))
-    with operator(kubeconfig, k.ns, tmp_path):
+    with operator(kubeconfig, k.ns, tmp_path) as op:
         wait_for(lambda: k.replicas("pay") == 1, "one replica")
 
         k.patch("queueconsumers", "pay", {"spec": {"paused": True}})
@@ -213,7 +208,7 @@ def test_pause_disable_by_exit_code_and_resume(k: Cluster, kubeconfig: str, kafk
         wait_for(lambda: "antidote.dev/resume" not in (k.qc("pay")["metadata"].get("annotations") or {}),
                  "the resume annotation consumed")
         # The old exit predates the resume: it does not disable again.
-        time.sleep(2)
+        wait_settled(op)
         assert k.condition("pay", "QueueDisabled") == ("False", "Resumed") and k.replicas("pay") == 1
         assert k.event_reasons("pay") == ["Paused", "Resumed", "QueueDisabled", "Resumed"]
 
@@ -317,7 +312,7 @@ def test_restarting_the_operator_makes_no_duplicates_and_no_event_storm(
     with operator(kubeconfig, k.ns, tmp_path) as third:
         wait_for(lambda: operator_metric(third.metrics_port, 'antidote_operator_reconciles_total{kind="QueueConsumer",result="ok"}') >= 3,
                  "the restarted operator to reconcile all three", timeout=30, errors=(OSError,))
-        time.sleep(4)
+        wait_settled(third)
         for n in ("r1", "r3"):
             assert k.children(n) == versions[n]
             assert {kind: len(names) for kind, names in k.children(n).items()} == {
@@ -350,13 +345,17 @@ def test_two_replicas_with_peering_one_acts(k: Cluster, kubeconfig: str, kafka_b
             # the consumer is created only once both replicas are up and peering.
             wait_for(lambda: operator_metric(low.metrics_port, "antidote_operator_watched_consumers") is not None,
                      "the second replica", errors=(OSError,))
-            time.sleep(3)
+            # Both peers in Kopf's peering object, and the low one's rounds since (each reads it).
+            wait_for(lambda: len(k.objs.get_namespaced_custom_object(
+                "kopf.dev", "v1", k.ns, "kopfpeerings", "antidote").get("status") or {}) >= 2,
+                "both replicas in the KopfPeering")
+            wait_settled(low, rounds=2)
             k.create(consumer("ha", "p", kafka_bootstrap, "ha"))
             wait_for(lambda: all(k.children("ha").values()), "children")
             k.wait_condition("ha", "Ready", "False", "Starting")
-            time.sleep(2)
             ok = 'antidote_operator_reconciles_total{kind="QueueConsumer",result="ok"}'
-            assert operator_metric(high.metrics_port, ok) >= 1
+            wait_for(lambda: operator_metric(high.metrics_port, ok) >= 1, "the high replica's reconcile")
+            wait_settled(low)
             assert operator_metric(low.metrics_port, ok) == 0  # paused by Kopf peering
             assert {kind: len(v) for kind, v in k.children("ha").items()} == {
                 "ConfigMap": 1, "ServiceAccount": 2, "Secret": 1, "RoleBinding": 1, "Service": 1,

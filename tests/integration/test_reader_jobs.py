@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import datetime, timezone
 
 from kubernetes import client
@@ -16,7 +14,8 @@ import pytest
 from antidote_api.names import drain_job_name
 
 from .kafka_io import produce, read_all
-from .operator_util import ANTIDOTE, Cluster, consumer, install_crds, operator, policy, wait_for
+from .operator_util import (ANTIDOTE, Cluster, consumer, install_crds, operator, operator_metric, policy,
+                            reconciles, wait_for, wait_settled)
 
 pytestmark = pytest.mark.integration
 
@@ -39,11 +38,6 @@ def reader_jobs(k: Cluster, consumer_name: str) -> list[str]:
 
 def status_jobs(k: Cluster, name: str) -> dict[str, dict]:
     return {e["name"]: e for e in ((k.qc(name) or {}).get("status") or {}).get("readerJobs") or []}
-
-
-def operator_metric(port: int, prefix: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def annotate(k: Cluster, name: str, value: str | None) -> None:
@@ -102,9 +96,9 @@ def test_drain_spawns_one_job_per_request_across_restarts(k: Cluster, kubeconfig
         assert pod.containers[0].args[:5] == ["reader", "--settings", "/etc/antidote/settings.yaml",
                                               "--report-file", "/dev/termination-log"]
         # A second request waits while the first Job is active.
+        before = reconciles(op)
         annotate(k, "orders", "r2")
-
-        time.sleep(3)
+        wait_settled(op, reconciled_past=before)
         assert reader_jobs(k, "orders") == [first]
         assert k.qc("orders")["metadata"]["annotations"]["antidote.dev/drain"] == "r2"
         assert operator_metric(op.metrics_port, "antidote_operator_reader_jobs_started_total") == 1
@@ -113,12 +107,13 @@ def test_drain_spawns_one_job_per_request_across_restarts(k: Cluster, kubeconfig
     # not been removed before a crash): the restarted operator adopts r1's Job, makes no
     # second one, and starts r2 only once r1 is done.
     annotate(k, "orders", "r1")
-    with operator(kubeconfig, k.ns, tmp_path):
+    with operator(kubeconfig, k.ns, tmp_path) as op:
         wait_for(lambda: "antidote.dev/drain" not in (k.qc("orders")["metadata"].get("annotations") or {}),
                  "the repeated drain annotation consumed")
         assert reader_jobs(k, "orders") == [first]
+        before = reconciles(op)
         annotate(k, "orders", "r2")
-        time.sleep(2)
+        wait_settled(op, reconciled_past=before)
         assert reader_jobs(k, "orders") == [first]
         finish_like_the_job_controller(k, first, ok=True)
         second = drain_job_name("orders", "r2")
@@ -185,8 +180,7 @@ def test_poison_depth_runs_the_real_reader_with_the_dev_runner(
         assert job.status.succeeded == 1 and job.status.completion_time is not None
         wait_for(lambda: {"ReaderJobStarted", "ReaderJobSucceeded"} <= set(k.event_reasons("orders")), "the Events")
         # Hold changes nothing: the depth is still 2, and no new poison arrived: no second Job.
-
-        time.sleep(4)
+        wait_settled(op)
         assert reader_jobs(k, "orders") == [name]
         assert len(read_all(kafka_bootstrap, f"{source}.poison")) == 2
         assert operator_metric(op.metrics_port, "antidote_operator_reader_jobs_started_total") == 1
@@ -214,9 +208,7 @@ def test_schedule_starts_one_job_per_slot(k: Cluster, kubeconfig: str, kafka_boo
         entry = wait_for(lambda: status_jobs(k, "orders").get(name), "status.readerJobs")
         assert entry["trigger"] == "Schedule"
     with operator(kubeconfig, k.ns, tmp_path) as op:
-        wait_for(lambda: "Initial authentication has finished" in op.log().rsplit("watching", 1)[-1],
-                 "the restarted operator", timeout=20)
-        time.sleep(3)
+        wait_settled(op, reconciled_past=0)  # the restarted operator's resume, then its rounds
         # No kubelet runs it, so it stays active: the next slots wait, nothing doubles.
         assert reader_jobs(k, "orders") == [name]
     assert k.event_reasons("orders").count("ReaderJobStarted") == 1
