@@ -170,7 +170,7 @@ def main() -> int:
     ap.add_argument("--max-spread", type=float, default=0.20,
                     help="a ratio whose per-round spread ((max-min)/median) exceeds this is not concluded")
     ap.add_argument("--only", default=",".join(PIPELINES),
-                    help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES))
+                    help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES).replace("%", "%%"))
     args = ap.parse_args()
     if os.environ.get("BENCH_VERBOSE"):  # the consumer's per-batch timings, for profiling
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
