@@ -40,6 +40,8 @@ def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict[str, list]]:
 
 
 def _warm(cfg: WorkerConfig) -> None:
+    import gc
+
     import pyarrow  # noqa: F401
 
     from .executor import _plan, sink_producer
@@ -48,6 +50,11 @@ def _warm(cfg: WorkerConfig) -> None:
     _topic, producer = sink_producer(cfg)
     if producer is not None:
         producer.list_topics(timeout=10)  # connected before the first batch needs it
+    # The modules are long-lived: frozen, Python's full collections (every few retry batches
+    # at 1% poison, ~50 ms each walking them) walk only what came after (as in the driver,
+    # driver.consumer.freeze_heap).
+    gc.collect()
+    gc.freeze()
 
 
 class LocalWorker:
