@@ -171,7 +171,7 @@ def main() -> int:
     ap.add_argument("--max-spread", type=float, default=0.20,
                     help="a ratio whose per-round spread ((max-min)/median) exceeds this is not concluded")
     ap.add_argument("--only", default=",".join(PIPELINES),
-                    help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES))
+                    help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES).replace("%", "%%"))
     args = ap.parse_args()
     if args.messages is None:  # the window is what is measured: 5M messages in it, not before it
         args.messages = 5_000_000 + args.warmup_batches * args.batch

@@ -204,8 +204,8 @@ class Runtime(Settler):
             else:
                 # pyspark's Row finds a field by a linear search of its names, and the settle
                 # reads ~30 fields of every failed row: a namedtuple finds them at once.
-                # (The local worker's rows are dicts of the same fields.)
-                result.failures.append(Failure._make(r) if isinstance(r, tuple) else Failure(**r))
+                # (The local worker's rows are that namedtuple already.)
+                result.failures.append(r if type(r) is Failure else Failure._make(r))
         return result
 
     def _write_path_outputs(self, mapped) -> None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import namedtuple
 from dataclasses import dataclass, field
 
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.attempts import Reason
-from antidote_consumer.worker.executor import (INPUT_COLUMNS, RESULT_FIELDS, RESULT_SCHEMA,
+from antidote_consumer.worker.executor import (INPUT_COLUMNS, RESULT_SCHEMA, ResultRow,
                                                WorkerConfig, process)
 
 # A failed row of RESULT_SCHEMA as the driver keeps it (see Runtime._collect).
-Failure = namedtuple("Failure", RESULT_FIELDS)
+Failure = ResultRow
 
 
 class HandlerMap:

@@ -32,9 +32,13 @@ from .retry_plan import PartitionOffsets, RetryPlan, plan, position_key, spark_o
 log = logging.getLogger("antidote.consumer")
 
 
+# Records taken from the client per call when it has them fetched already (see read_due).
+READ_CHUNK = 500
+
+
 @dataclass
 class DueBatch:
-    rows: list[tuple] = field(default_factory=list)  # INPUT_COLUMNS order
+    rows: list[tuple] = field(default_factory=list)  # INPUT_COLUMNS order, headers as (key, value)
     positions: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset
     next_due: int | None = None  # earliest due time of a record left waiting (ms)
     incomplete: bool = False  # a partition with records left gave no answer in time
@@ -167,40 +171,56 @@ class RetryReader:
         self.consumer.assign(tps)
         open_parts = {(tp.topic, tp.partition) for tp in tps}
         while open_parts and len(out.rows) < limit:
-            msg = self.consumer.poll(1.0)
-            if msg is None:
-                out.incomplete = True  # nothing arrived in time; the next round tries again
-                break
-            where = (msg.topic(), msg.partition())
-            if where not in open_parts:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    # Read to the end: what is before it is in `rows`, another consumer's, or a
-                    # transaction marker. Committing this position (with the rows) keeps the
-                    # markers and others' records behind it, so their expiry is not taken for
-                    # a loss (see _expired).
-                    self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset()
-                    open_parts.discard(where)
-                    continue
-                raise RuntimeError(f"retry topic {msg.topic()}: {msg.error()}")
-            owner = consumer_of(msg.headers()) if self.owner is not None else None
-            if owner is not None and owner != self.owner:
-                self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset() + 1
-                continue
-            due = due_of(msg.headers())
-            if due > now_ms:
-                out.next_due = due if out.next_due is None else min(out.next_due, due)
-                # Done with this partition; what it still delivers is passed over above.
-                # (Pausing it instead made the next assign of it wait ~1 s for a first fetch.)
-                open_parts.discard(where)
-                continue
-            ts = msg.timestamp()[1]
-            out.rows.append((msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(), ts,
-                             [{"key": k, "value": v} for k, v in (msg.headers() or [])]))
-            out.positions[position_key(*where)] = msg.offset() + 1
+            # What the client has fetched already, in one call (one call per record was most
+            # of this loop); when it has nothing, the next record is waited for up to a
+            # second, as before. Never more than the rows still wanted: no record is taken
+            # past `limit`, and nothing taken is dropped unread but what a closed partition
+            # delivers, which a poll would have passed over too.
+            msgs = self.consumer.consume(num_messages=min(READ_CHUNK, limit - len(out.rows)), timeout=0)
+            if not msgs:
+                msg = self.consumer.poll(1.0)
+                if msg is None:
+                    out.incomplete = True  # nothing arrived in time; the next round tries again
+                    break
+                msgs = [msg]
+            for msg in msgs:
+                if not open_parts:
+                    break
+                self._take(msg, open_parts, now_ms, out)
         self.consumer.unassign()
         return out
+
+    def _take(self, msg, open_parts: set[tuple[str, int]], now_ms: int, out: DueBatch) -> None:
+        """One record (or end of partition) of read_due's partitions into `out`."""
+        where = (msg.topic(), msg.partition())
+        if where not in open_parts:
+            return
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                # Read to the end: what is before it is in `rows`, another consumer's, or a
+                # transaction marker. Committing this position (with the rows) keeps the
+                # markers and others' records behind it, so their expiry is not taken for
+                # a loss (see _expired).
+                self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset()
+                open_parts.discard(where)
+                return
+            raise RuntimeError(f"retry topic {msg.topic()}: {msg.error()}")
+        headers = msg.headers() or []  # a new list of (key, value) pairs at every call
+        owner = consumer_of(headers) if self.owner is not None else None
+        if owner is not None and owner != self.owner:
+            self.ends[position_key(*where)] = out.positions[position_key(*where)] = msg.offset() + 1
+            return
+        due = due_of(headers)
+        if due > now_ms:
+            out.next_due = due if out.next_due is None else min(out.next_due, due)
+            # Done with this partition; what it still delivers is passed over above.
+            # (Pausing it instead made the next assign of it wait ~1 s for a first fetch.)
+            open_parts.discard(where)
+            return
+        # Headers go to the local worker as the client gave them, (key, value) pairs: as
+        # dicts they cost a dict per header to build and to pickle there and back.
+        out.rows.append((msg.key(), msg.value(), where[0], where[1], msg.offset(), msg.timestamp()[1], headers))
+        out.positions[position_key(*where)] = msg.offset() + 1
 
 
 class RetryPump:

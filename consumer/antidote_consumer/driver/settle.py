@@ -89,7 +89,8 @@ class Settler:
         capped = 0  # Retry(after=...) longer than the bound
         scheduled: dict[int, int] = {}  # retry cycle -> messages parked for it
         for r in result.failures:
-            user = [(x.key, x.value) for x in (r.headers or [])]
+            # (key, value) pairs: pyspark's Row of a header is a tuple in that order too.
+            user = [(k, v) for k, v in (r.headers or ())]
             origin = h.Origin(r.otopic, r.opartition, r.ooffset, r.ots)
             common = dict(origin=origin, attempts=r.attempts, first_failure=r.first_failure,
                           last_failure=r.last_failure, error_class=r.error_class,

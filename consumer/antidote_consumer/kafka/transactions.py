@@ -125,7 +125,12 @@ class TransactionalWriter:
                 before(topic)
             # Spark hands binary columns over as bytearray; the client wants bytes.
             key, value = _bytes(key), _bytes(value)
-            headers = [(k, _bytes(v)) for k, v in headers or ()] or None
+            # Copied only when a value needs it: a quarantined record carries ~15 headers,
+            # every retried and quarantined record passes here, and a copy is as many new
+            # objects, which the garbage collector then walks.
+            if headers and not (headers.__class__ is list and _plain(headers)):
+                headers = [(k, _bytes(v)) for k, v in headers]
+            headers = headers or None
             while True:
                 try:
                     if partition is None:
@@ -177,6 +182,14 @@ class TransactionalWriter:
             self._producer = None
             if abort_err.args[0].code() in FENCED:
                 self._fence(abort_err)
+
+
+def _plain(headers: list) -> bool:
+    """Whether every header value is bytes or None already."""
+    for _k, v in headers:
+        if v is not None and v.__class__ is not bytes:
+            return False
+    return True
 
 
 def _bytes(x):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import namedtuple
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,9 @@ RESULT_COLUMNS = [
 ]
 RESULT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in RESULT_COLUMNS)
 RESULT_FIELDS = [name for name, _ in RESULT_COLUMNS]
+# A result row as the driver keeps it, whichever process ran it: pyspark's Row finds a field
+# by a linear search of its names, and the settle reads ~30 fields of every failed row.
+ResultRow = namedtuple("ResultRow", RESULT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -138,10 +142,17 @@ def _produce(producer, topic: str, key, value, headers) -> None:
             continue
 
 
-def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
+def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -> Iterator:
+    """The handler over `batches`: Arrow batches of INPUT_COLUMNS (Spark), or their columns
+    as lists with each record's headers as (key, value) pairs (the local worker's rows, as
+    the driver read them). Yields result batches of RESULT_FIELDS: Arrow, or with
+    `as_columns` the columns as lists (name -> list, headers as pairs), which the local
+    worker pickles to the driver as they are."""
     # Long on purpose: the per-message hot loop of the Python workers. Helpers called per
     # message cost measurable CPU here (docs/consumer.md, throughput), so it stays inline.
     import pyarrow as pa
+
+    sent = _columns if as_columns else _sent
 
     plan, handler = _plan(cfg)
     wd = watchdog(cfg.attempt_timeout)
@@ -178,7 +189,8 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
         # An Arrow batch (Spark), or its columns as lists already: the local worker's rows were
         # made into Arrow only to be turned back into lists here (with the group-by of their
         # ends, about a third of that process's samples at 1% poison).
-        keys, values, topics, parts, offsets, stamps, headers = batch if isinstance(batch, tuple) else (
+        pairs = isinstance(batch, tuple)  # headers as (key, value) pairs already
+        keys, values, topics, parts, offsets, stamps, headers = batch if pairs else (
             batch.column(name).to_pylist() for name in INPUT_COLUMNS)
         if not _note_one_partition(topics, parts, offsets, ends):
             _note_ends(topics, parts, offsets, ends)
@@ -192,7 +204,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                 continue  # behind a record not due yet: a later batch reads it
             if skip and (topic, partition, offset) in skip:
                 continue  # already in the poison topic, and counted, by `antidote skip`
-            user = [(x["key"], x["value"]) for x in raw] if raw else ()
+            user = (raw if pairs else [(x["key"], x["value"]) for x in raw]) if raw else ()
             if topic == source:
                 cycle, before, first = 0, 0, None
                 # The handler never sees Antidote's headers (a source record may carry them: a
@@ -221,7 +233,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           0, 0, Reason.VALIDATION.value, "antidote.ValidationError", str(err),
                           None, now, now, None)
                     if len(out["kind"]) >= cap:
-                        yield _sent(out)
+                        yield sent(out)
                     continue
                 cycle, before, first, o = state.cycle, state.attempts, state.first_failure, state.origin
                 held = h.HELD in (k for k, _ in user)
@@ -242,7 +254,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           HELD_OVERFLOW if overflow else None, None, None, None,
                           first if first is not None else now, decided.due, None)
                     if len(out["kind"]) >= cap:
-                        yield _sent(out)
+                        yield sent(out)
                     continue
             # The first attempt is made here, inline: a pass through run_pass costs ~2.5us a
             # message (an Outcome, enum lookups), as much as a small handler. run_pass takes
@@ -282,7 +294,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                           result.error_message, result.stack, first if first is not None else now,
                           now, None, result.chosen, result.retry_after)
                     if len(out["kind"]) >= cap:
-                        yield _sent(out)
+                        yield sent(out)
                     continue
                 output, calls = result.output, result.attempts
             n_ok += 1
@@ -304,7 +316,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                 _emit(out, "ok", key, value, user, _origin(msg), topic, partition, offset,
                       before + calls, cycle, None, None, None, None, None, None, output)
                 if len(out["kind"]) >= cap:
-                    yield _sent(out)
+                    yield sent(out)
     if producer is not None:
         remaining = producer.flush(SINK_WAIT_S)
         if remaining or _sink_errors:
@@ -328,7 +340,7 @@ def process(cfg: WorkerConfig, batches: Iterator) -> Iterator:
                    last_failure=[None] * (n - len(waiting)) + [d for _, d in waiting.values()])
     for name in RESULT_FIELDS:  # the rows still gathered go with the summary, in one batch
         out[name] += summary[name]
-    yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
+    yield out if as_columns else pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
 
 
 def _has_ours(headers) -> bool:
@@ -376,6 +388,14 @@ def _sent(out: dict[str, list]):
     return sent
 
 
+def _columns(out: dict[str, list]) -> dict[str, list]:
+    """The rows gathered in `out` as they are (the local worker's form); `out` is emptied."""
+    sent = {name: list(rows) for name, rows in out.items()}
+    for rows in out.values():
+        rows.clear()
+    return sent
+
+
 def _origin(msg: Message) -> h.Origin:
     return h.Origin(msg.topic, msg.partition, msg.offset, msg.timestamp)
 
@@ -383,8 +403,9 @@ def _origin(msg: Message) -> h.Origin:
 def _emit(out: dict[str, list], kind, key, value, headers, origin: h.Origin, topic, partition,
           offset, attempts, cycle, reason, error_class, error_message, stack, first, last,
           output, chosen=None, retry_after=None) -> None:
-    row = dict(kind=kind, key=key, value=value,
-               headers=[{"key": k, "value": v} for k, v in headers],
+    # Headers as (key, value) pairs: Arrow takes a tuple for a struct as it takes a dict, and
+    # the local worker's rows travel to the driver as they are (pickled: no dict per header).
+    row = dict(kind=kind, key=key, value=value, headers=list(headers),
                otopic=origin.topic, opartition=origin.partition, ooffset=origin.offset,
                ots=origin.timestamp, topic=topic, partition=partition, offset=offset,
                attempts=attempts, cycle=cycle, reason=reason, error_class=error_class,

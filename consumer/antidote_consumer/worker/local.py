@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from .executor import INPUT_FIELDS, WorkerConfig
+from .executor import INPUT_FIELDS, RESULT_FIELDS, ResultRow, WorkerConfig
 
 log = logging.getLogger("antidote.consumer")
 
@@ -27,21 +27,21 @@ class LocalWorkerDied(Exception):
     """The local worker process died with the batch: run it as a Spark job instead."""
 
 
-class Row(dict):
-    """A result row with attribute access, like pyspark's Row (what the runtime reads)."""
-
-    __getattr__ = dict.get
-
-
-def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict]:
+def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict[str, list]]:
+    """`rows` (INPUT_COLUMNS, headers as (key, value) pairs) through `process`; its result
+    batches as columns, as they are pickled back. (They were Arrow batches turned into a dict
+    per row and per header, ~24 keys each: pickling those both ways, and building them, was
+    most of what a retried message cost beside its handler calls.)"""
     from .executor import process
 
     # The rows' columns as lists, the form process turns an Arrow batch into first.
     columns = tuple(list(c) for c in zip(*rows)) if rows else tuple([] for _ in INPUT_FIELDS)
-    return [r for out in process(cfg, iter([columns])) for r in out.to_pylist()]
+    return list(process(cfg, iter([columns]), as_columns=True))
 
 
 def _warm(cfg: WorkerConfig) -> None:
+    import gc
+
     import pyarrow  # noqa: F401
 
     from .executor import _plan, sink_producer
@@ -50,6 +50,11 @@ def _warm(cfg: WorkerConfig) -> None:
     _topic, producer = sink_producer(cfg)
     if producer is not None:
         producer.list_topics(timeout=10)  # connected before the first batch needs it
+    # The modules are long-lived: frozen, Python's full collections (every few retry batches
+    # at 1% poison, ~50 ms each walking them) walk only what came after (as in the driver,
+    # driver.consumer.freeze_heap).
+    gc.collect()
+    gc.freeze()
 
 
 class LocalWorker:
@@ -91,14 +96,16 @@ class LocalWorker:
         self._warming = None
         return True
 
-    def run(self, cfg: WorkerConfig, rows: list[tuple]) -> list[Row]:
+    def run(self, cfg: WorkerConfig, rows: list[tuple]) -> list[ResultRow]:
+        """The result rows of `rows` (INPUT_COLUMNS, headers as (key, value) pairs, as the
+        driver read them)."""
         pool, _ = self._started()
         try:
             out = pool.submit(_run, cfg, rows).result()
         except BrokenProcessPool as err:
             self._pool = None  # a fresh process next time
             raise LocalWorkerDied(str(err) or "the local worker process died") from err
-        return [Row(r, headers=[Row(x) for x in (r.get("headers") or [])]) for r in out]
+        return [ResultRow._make(r) for cols in out for r in zip(*(cols[name] for name in RESULT_FIELDS))]
 
     def close(self) -> None:
         """Ends the process at once: a stop must not wait on a batch (nor a hung handler) in it;
