@@ -111,7 +111,16 @@ def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workd
           .option("maxOffsetsPerTrigger", str(batch)).load()
           .select("key", "value", "topic", "partition", "offset",
                   F.unix_millis("timestamp").alias("ts")))
-    return (df.mapInArrow(plain_map, "key binary, value binary").writeStream.format("kafka")
+    # Python workers of its own, as a Spark application of its own would have: Spark keeps a
+    # pool of workers per UDF environment, and a worker that ran Antidote's tasks keeps
+    # Antidote's collector settings (antidote_consumer.worker.collector).
+    env = spark.sparkContext.environment
+    env["ANTIDOTE_BENCH_PIPELINE"] = "plain"
+    try:
+        mapped = df.mapInArrow(plain_map, "key binary, value binary")
+    finally:
+        del env["ANTIDOTE_BENCH_PIPELINE"]
+    return (mapped.writeStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
             .option("checkpointLocation", str(workdir / f"plain-{uuid.uuid4().hex}"))
             .trigger(availableNow=True).start())

@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass, field
 
 from antidote_consumer.kafka import headers as h
-from antidote_consumer.worker import collector
 from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.executor import (INPUT_COLUMNS, RESULT_SCHEMA, ResultRow,
                                                WorkerConfig, process)
@@ -40,8 +39,7 @@ def _handler_udf(cfg: WorkerConfig):
     from pyspark.sql.functions import pandas_udf
     from pyspark.util import PythonEvalType
 
-    # The collector is tuned for the length of each task (worker.collector).
-    udf = pandas_udf(functools.partial(collector.tuned(process), cfg), returnType=RESULT_SCHEMA,
+    udf = pandas_udf(functools.partial(process, cfg), returnType=RESULT_SCHEMA,
                      functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
     return udf(*[F.col(name) for name in INPUT_COLUMNS])
 

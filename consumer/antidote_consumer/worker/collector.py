@@ -1,39 +1,34 @@
-"""Python's cyclic garbage collector while an Antidote task runs in a Spark Python worker.
+"""Python's cyclic garbage collector in a Spark Python worker that runs Antidote's tasks.
 
-A worker's heap is mostly long-lived (pyspark, pyarrow, the handler's modules), and with
-Python's default thresholds a full collection walks all of it: in the steady-state
-benchmark's Antidote windows each worker ran ~20 full collections per 30 s, 1.6-1.9 s of
-its CPU with the GIL held. Antidote's own loop, run alone, makes none (measured apart), so
-the garbage comes from what runs around it in the worker (pyspark's Arrow serializers).
-For the length of a task, what is alive at its start is frozen (never walked again) and
-young collections come every 10,000 new objects instead of 700; at its end both are put
-back as they were, so a worker that Spark reuses for other tasks (another query of the
-same application) runs them with the settings it had. Objects are still freed as their last reference goes; cycles
-frozen at a task's start are collected after it ends.
+pyspark's daemon calls `gc.collect()` after every task of a reused worker (pyspark/daemon.py),
+and that full collection walks the whole heap: pyspark, pyarrow, pandas, the handler's
+modules. In the steady-state benchmark each worker ran ~73 of them, 50-200 ms each, ~6 s of
+its CPU in a ~45-s run with the GIL held, whatever the handler did: Antidote's own loop, run
+alone, makes no full collection (docs/performance.md).
+
+So at the first Antidote task in a worker, what the worker holds after one collection is
+frozen (`gc.freeze`: never walked again), and young collections come every 10,000 new
+objects instead of 700. pyspark's collection after each task then walks only what came
+after the freeze, and still frees every cycle the tasks leave. It stays for the worker's
+life: an Antidote consumer's Spark application runs no other tasks. Objects are still freed
+as their last reference goes; only what was alive at that first freeze is never collected.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
-from typing import Any
 
-YOUNG_EVERY = 10_000  # gen-0 threshold while a task runs (Python's default: 700)
+YOUNG_EVERY = 10_000  # gen-0 threshold (Python's default: 700)
+
+_tuned = False
 
 
-def tuned(task: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
-    """`task` (a generator function: mapInArrow's), run with the collector tuned."""
-
-    def run(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        thresholds = gc.get_threshold()
-        gc.freeze()  # O(1): the generations' lists are moved, nothing is walked
-        gc.set_threshold(YOUNG_EVERY, *thresholds[1:])
-        try:
-            yield from task(*args, **kwargs)
-        finally:
-            gc.set_threshold(*thresholds)
-            gc.unfreeze()
-
-    run.__name__ = getattr(task, "__name__", "task")
-    run.__doc__ = task.__doc__
-    return run
+def tune() -> None:
+    """Once per worker process (a forked worker starts untuned: the daemon never runs this)."""
+    global _tuned
+    if _tuned:
+        return
+    _tuned = True
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(YOUNG_EVERY, *gc.get_threshold()[1:])

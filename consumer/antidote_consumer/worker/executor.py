@@ -17,6 +17,7 @@ from typing import Any
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import auth as kafka_auth
 
+from . import collector
 from .attempts import Plan, Reason, Verdict, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
@@ -152,6 +153,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     # message cost measurable CPU here (docs/consumer.md, throughput), so it stays inline.
     import pyarrow as pa
 
+    collector.tune()  # once per process: see worker.collector
     sent = _columns if as_columns else _sent
 
     plan, handler = _plan(cfg)

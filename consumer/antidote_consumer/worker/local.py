@@ -19,6 +19,7 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from . import collector
 from .executor import INPUT_FIELDS, RESULT_FIELDS, ResultRow, WorkerConfig
 
 log = logging.getLogger("antidote.consumer")
@@ -40,8 +41,6 @@ def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict[str, list]]:
 
 
 def _warm(cfg: WorkerConfig) -> None:
-    import gc
-
     import pyarrow  # noqa: F401
 
     from .executor import _plan, sink_producer
@@ -52,9 +51,8 @@ def _warm(cfg: WorkerConfig) -> None:
         producer.list_topics(timeout=10)  # connected before the first batch needs it
     # The modules are long-lived: frozen, Python's full collections (every few retry batches
     # at 1% poison, ~50 ms each walking them) walk only what came after (as in the driver,
-    # driver.consumer.freeze_heap).
-    gc.collect()
-    gc.freeze()
+    # driver.consumer.freeze_heap, and Spark's Python workers).
+    collector.tune()
 
 
 class LocalWorker:
