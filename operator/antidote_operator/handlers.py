@@ -197,13 +197,14 @@ async def reconcile_policy(body: kopf.Body, spec: kopf.Spec, status: kopf.Status
                            namespace: str, name: str, patch: kopf.Patch, memo: kopf.Memo,
                            reason: kopf.Reason, **_: Any) -> None:
     ctx: Context = memo.ctx
-    new, event = policy_status(dict(spec), dict(status), int(meta.get("generation", 1)))
+    generation = int(meta.get("generation", 1))
+    new, event = policy_status(dict(spec), dict(status), generation)
     if new != dict(status):
         patch.status.update(new)
     if event is not None:
         await post_event(ctx, body, event)
     ctx.metrics.reconciles.labels("PoisonPolicy", "ok").inc()
-    if reason != kopf.Reason.UPDATE and int(status.get("observedGeneration") or 0) == int(meta.get("generation", 1)):
+    if reason != kopf.Reason.UPDATE and int(status.get("observedGeneration") or 0) == generation:
         # An operator's start: Kopf's record of the handled spec is in memory (handled_specs),
         # so every policy reads as created then. This generation was handled before, and each
         # consumer resumes by itself, reading the policy then.

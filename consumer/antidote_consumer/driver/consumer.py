@@ -3,7 +3,6 @@ pump over the retry topics, metrics, and a clean stop."""
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import threading
@@ -21,6 +20,7 @@ from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
                                             partition_lags, reachable)
 from antidote_consumer.spark import arrow_batching
+from antidote_consumer.worker import collector
 
 from .batches import QueueDisabled, Runtime
 from .ledger import LedgerFenced
@@ -293,7 +293,12 @@ class Consumer:
             self._close_clients()
             return ExitCode.OK
         self.update_depths()
-        freeze_heap()
+        # What the driver holds once it is up (Spark's and py4j's Python side, pydantic, the
+        # modules) is long-lived. At 1% poison each settle keeps ~1,000 failed rows and their
+        # records alive across younger collections, and a full collection walking all of it
+        # followed every second batch or so, 0.06-0.2 s with the GIL held (none at 0%;
+        # docs/performance.md). Frozen once here, those collections walk only what came after.
+        collector.freeze_long_lived()
         # Retries fall due while the source is still being read: the pump runs beside the
         # source query in both modes.
         pump = threading.Thread(target=self._pump_loop, name="retry-pump", daemon=True)
@@ -371,17 +376,3 @@ class Consumer:
 def install_signal_handlers(consumer: Consumer) -> None:
     signal.signal(signal.SIGTERM, consumer.request_stop)
     signal.signal(signal.SIGINT, consumer.request_stop)
-
-
-def freeze_heap() -> None:
-    """What the driver holds once it is up (Spark's and py4j's Python side, pydantic, the
-    modules) is long-lived: it is frozen (`gc.freeze`), so Python's full collections walk
-    only what came after. Without poison they hardly ever run; at 1% each settle keeps
-    ~1,000 failed rows and their records (~20 objects each) alive across younger
-    collections, and a full collection followed every second batch or so, 0.06-0.2 s each
-    with the GIL held: ~0.9 s of a 13-s window at 1% poison, none at 0% (measured with a
-    `gc.callbacks` probe, docs/performance.md). Objects are still freed when their last
-    reference goes; only cycles made before the freeze and dropped later are never
-    collected. Called once per run, after the start-up's garbage is collected."""
-    gc.collect()
-    gc.freeze()

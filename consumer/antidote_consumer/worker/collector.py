@@ -23,12 +23,20 @@ YOUNG_EVERY = 10_000  # gen-0 threshold (Python's default: 700)
 _tuned = False
 
 
+def freeze_long_lived() -> None:
+    """Collect once, then freeze what is left (`gc.freeze`): later full collections walk only
+    what came after. Objects are still freed when their last reference goes; only cycles
+    made before the freeze and dropped later are never collected. Also the driver's, once it
+    is up (driver.consumer)."""
+    gc.collect()
+    gc.freeze()
+
+
 def tune() -> None:
     """Once per worker process (a forked worker starts untuned: the daemon never runs this)."""
     global _tuned
     if _tuned:
         return
     _tuned = True
-    gc.collect()
-    gc.freeze()
+    freeze_long_lived()
     gc.set_threshold(YOUNG_EVERY, *gc.get_threshold()[1:])
