@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from antidote_consumer.driver.batches import Runtime
-from antidote_consumer.driver.frames import Failure
+from antidote_consumer.driver.frames import Failure, results_of
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.executor import (INPUT_FIELDS, RESULT_FIELDS, ResultRow, WorkerConfig,
                                                arrow_schema, process)
@@ -99,3 +99,30 @@ def test_record_size_counts_a_header_name_in_utf8_bytes() -> None:
     assert ascii_size == h.BATCH_OVERHEAD + 3 + 2 * h.HEADER_OVERHEAD + 2 + 3 + 1
     assert h.record_size(b"k", b"vv", [("é", b"xyz"), ("n", None)]) == ascii_size  # "é" is 2 bytes
     assert h.record_size(None, None, iter([("ab", b"")])) == h.BATCH_OVERHEAD + h.HEADER_OVERHEAD + 2
+
+
+def test_the_executors_arrow_results_give_the_local_form() -> None:
+    """collect_results turns the executors' Arrow batches into the namedtuples the local
+    worker's columns make: headers as (key, value) pairs, binary as bytes."""
+    calls.clear()
+    batches = list(process(CFG, iter([as_arrow(records())])))
+    from_arrow = results_of(batches)
+    calls.clear()
+    local = [ResultRow._make(r) for cols in _run(CFG, records())
+             for r in zip(*(cols[name] for name in RESULT_FIELDS))]
+    assert all(type(r) is ResultRow for r in from_arrow)
+    clockless = [{k: v for k, v in r._asdict().items() if k not in CLOCK} for r in from_arrow]
+    assert clockless == [{k: v for k, v in r._asdict().items() if k not in CLOCK} for r in local]
+    assert {r.key: r.headers for r in from_arrow if r.kind == "retry"} == {b"k1": [], b"k4": [("trace", None)]}
+    assert Runtime._collect(from_arrow).ends == {("src-retry-1", 0): 11, ("src-retry-2", 1): 13, ("src", 0): 14}
+
+
+def test_arrow_results_of_a_sliced_batch_keep_each_rows_headers() -> None:
+    """Arrow may hand over a slice of a batch: each row keeps its own headers, and a row
+    without a header list keeps None."""
+    batch = next(iter(process(CFG, iter([as_arrow(records())]))))
+    rows = batch.to_pylist()
+    assert [r.kind for r in results_of([batch.slice(1, 3)])] == [r["kind"] for r in rows[1:4]]
+    assert [r.headers for r in results_of([batch.slice(1, 3)])] == [
+        None if r["headers"] is None else [(x["key"], x["value"]) for x in r["headers"]] for r in rows[1:4]]
+    assert results_of([]) == []

@@ -22,8 +22,8 @@ from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
-from .frames import (BatchResult, Failure, HandlerMap, attempts_before, batch_keys, frame, is_job_failure, running_tasks,
-                     segment_filter, skip_key, unaccounted, first_line)
+from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
+                     is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
 from .metrics import Metrics
@@ -162,12 +162,12 @@ class Runtime(Settler):
         if sink is not None and sink.path is not None:
             mapped = mapped.persist()
             try:
-                rows = mapped.filter("kind != 'ok'").collect()
+                rows = collect_results(mapped.filter("kind != 'ok'"))
                 self._write_path_outputs(mapped)
             finally:
                 mapped.unpersist()
             return rows
-        return mapped.collect()
+        return collect_results(mapped)
 
     def _await_quiet_executors(self, timeout: float = QUIET_TIMEOUT) -> None:
         """A failed job returns before Spark has killed its other tasks. The next job (a
@@ -202,10 +202,9 @@ class Runtime(Settler):
             elif r.kind == "waiting":
                 result.wait_at((r.topic, r.partition), r.offset, r.last_failure)
             else:
-                # pyspark's Row finds a field by a linear search of its names, and the settle
-                # reads ~30 fields of every failed row: a namedtuple finds them at once.
-                # (The local worker's rows are that namedtuple already.)
-                result.failures.append(r if type(r) is Failure else Failure._make(r))
+                # A ResultRow (namedtuple), from the executors (collect_results) and the local
+                # worker alike: the settle reads ~30 fields of every failed row by name.
+                result.failures.append(r)
         return result
 
     def _write_path_outputs(self, mapped) -> None:
