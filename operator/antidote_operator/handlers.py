@@ -2,8 +2,9 @@
 
 QueueConsumers are reconciled on create/update/resume; a PoisonPolicy change re-renders
 its users, found in a map kept from the watch streams (no list call per event);
-Deployment and Pod events tell what the driver is doing; a background watcher reads the
-consumers' metrics and does the time-based (level) reconciliation.
+the drivers' Deployment and Pod events (a plain watch, object_watch) tell what the driver is
+doing; a background watcher reads the consumers' metrics and does the time-based (level)
+reconciliation.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import kopf
 from antidote_api.types import GROUP, VERSION
 
 from .builders.common import LABEL_CONSUMER
-from . import kube_login, reader_control
+from . import kube, kube_login, object_watch, reader_control
 from .kube import ApiError
+from .object_watch import ObjectWatch
 from .context import Context
 from .handled_specs import KOPF_PREFIX
 from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_consumer
@@ -30,7 +32,8 @@ QC = (GROUP, VERSION, "queueconsumers")
 PP = (GROUP, VERSION, "poisonpolicies")
 # Drivers only: Spark's executor pods carry the consumer label too, but their exits are
 # Spark's business (it replaces executors), not the queue's.
-DRIVER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "driver"}
+DRIVER_SELECTOR = f"{LABEL_CONSUMER},app.kubernetes.io/component=driver"
+WATCH_SERVER_TIMEOUT = 300  # seconds: the server ends a watch stream, which is resumed
 READER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "reader"}
 
 log = logging.getLogger("antidote.operator")
@@ -57,7 +60,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.diffbase_storage = ctx.handled_specs
     # The operator posts its Events itself (on condition transitions); none from Kopf.
     settings.posting.enabled = False
-    settings.watching.server_timeout = 300
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
     settings.watching.client_timeout = 330
     # Bounded concurrency: each busy object worker may hold an API connection (Kopf's
     # client pool is unbounded), and idle workers give their slot back quickly.
@@ -67,6 +70,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         ctx.metrics.serve(ctx.options.metrics_port)
         log.info("operator metrics on :%d/metrics", ctx.options.metrics_port)
     memo.watcher = asyncio.create_task(Watcher(ctx).run(), name="metrics watcher")
+    memo.watches = [asyncio.create_task(w.run(), name=f"watch {w.where}") for w in driver_watches(ctx)]
     if ctx.devrunner is not None and ctx.devrunner.targets is not None and ctx.options.metrics_port:
         ctx.devrunner.targets.operator(ctx.options.metrics_port)
     if ctx.devrunner is not None:
@@ -77,10 +81,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
-    watcher = getattr(memo, "watcher", None)
-    if watcher is not None:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+    tasks = [t for t in [getattr(memo, "watcher", None), *getattr(memo, "watches", [])] if t is not None]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     await ctx.syncer.close()
     if ctx.devrunner is not None:
         await ctx.devrunner.close()
@@ -216,17 +220,23 @@ async def reconcile_policy(body: kopf.Body, spec: kopf.Spec, status: kopf.Status
 
 # --- what the driver is doing -------------------------------------------------------------------
 
-@kopf.on.event("apps", "v1", "deployments", labels=DRIVER)
-async def deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    on_deployment(memo.ctx, body, deleted=event["type"] == "DELETED")
+# The drivers' Deployments and Pods are read, never reconciled: a plain watch each
+# (object_watch), not Kopf's per-object handling, started with the operator (`configure`).
 
+def driver_watches(ctx: Context) -> list[ObjectWatch]:
+    def pod_event(body: Mapping[str, Any], deleted: bool) -> None:
+        # On a real cluster the kubelet reports the driver's exit code here (3, 4, 5: the
+        # consumer disabled its queue); the operator scales to 0 before a restart resumes it.
+        if not deleted:
+            on_pod(ctx, body)
 
-@kopf.on.event("v1", "pods", labels=DRIVER)
-async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    # On a real cluster the kubelet reports the driver's exit code here (3, 4, 5: the
-    # consumer disabled its queue); the operator scales to 0 before a restart resumes it.
-    if event["type"] != "DELETED":
-        on_pod(memo.ctx, body)
+    def deployment_event(body: Mapping[str, Any], deleted: bool) -> None:
+        on_deployment(ctx, body, deleted)
+
+    return [ObjectWatch(ctx.kube, kind, ns, DRIVER_SELECTOR, handler, gate=ctx.peering,
+                        timeout=WATCH_SERVER_TIMEOUT, accept=accept)
+            for ns, accept in object_watch.scopes(ctx.options.namespaces)
+            for kind, handler in ((kube.DEPLOYMENT, deployment_event), (kube.POD, pod_event))]
 
 
 # --- poison-reader Jobs ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timezone
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,12 @@ class Kind:
     api: str  # "/api/v1" or "/apis/<group>/<version>"
     plural: str
 
-    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        """The object's path; a collection's when `name` is None, across all namespaces when
+        `namespace` is None too."""
+        if namespace is None:
+            assert name is None, "a named object needs its namespace"
+            return f"{self.api}/{self.plural}"
         out = f"{self.api}/namespaces/{namespace}/{self.plural}"
         if name is not None:
             out += f"/{name}"
@@ -87,6 +92,13 @@ def outcome(method: str, status: int, reason: str, data: bytes) -> dict[str, Any
     if status == 409:
         raise Conflict(message or reason)
     raise ApiError(status, reason, message)
+
+
+def watch_events(rest: bytes, chunk: bytes) -> tuple[list[dict[str, Any]], bytes]:
+    """A watch stream's events (one JSON object a line, of any length: aiohttp's readline
+    stops at 128 KiB) completed by `chunk` after the unfinished line `rest`, and what is left."""
+    *lines, rest = (rest + chunk).split(b"\n")
+    return [json.loads(line) for line in lines if line.strip()], rest
 
 
 class Kube:
@@ -185,9 +197,14 @@ class Kube:
         """The object, or None when it does not exist."""
         return await self.call("GET", kind.path(namespace, name))
 
-    async def list(self, kind: Kind, namespace: str, label_selector: str | None = None, *,
+    async def list(self, kind: Kind, namespace: str | None, label_selector: str | None = None, *,
                    page: int | None = None) -> list[dict[str, Any]]:
         """Every item; `page`: in pages of that many (bounds each response's size)."""
+        return (await self.list_at(kind, namespace, label_selector, page=page))[0]
+
+    async def list_at(self, kind: Kind, namespace: str | None, label_selector: str | None = None, *,
+                      page: int | None = None) -> tuple[list[dict[str, Any]], str]:
+        """Every item, and the list's resourceVersion (where a watch of it starts)."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"labelSelector": label_selector} if label_selector else {}
         if page:
@@ -195,10 +212,42 @@ class Kube:
         while True:
             out = await self.call("GET", kind.path(namespace), query=query) or {}
             items.extend(out.get("items") or [])
-            more = (out.get("metadata") or {}).get("continue")
+            meta = out.get("metadata") or {}
+            more = meta.get("continue")
             if not page or not more:
-                return items
+                return items, str(meta.get("resourceVersion") or "")
             query["continue"] = more
+
+    async def watch(self, kind: Kind, namespace: str | None, label_selector: str | None, *,
+                    resource_version: str, timeout: int) -> AsyncIterator[dict[str, Any]]:
+        """The watch events of a collection from `resource_version` (with bookmarks), one
+        dict each ({"type", "object"}), until the server ends the stream after `timeout`
+        seconds. Not counted against the call slots: it is held open."""
+        query = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": resource_version,
+                 "timeoutSeconds": str(timeout)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        # No total: the server ends the stream; a silent connection (no event, no bookmark,
+        # which the server sends about once a minute) is dead after `timeout` and a margin.
+        wait = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout + 30)
+        for attempt in (1, 2):
+            session = self._open()
+            async with session.get(self.server + kind.path(namespace), params=query, timeout=wait,
+                                   headers=self.info.as_http_headers()) as resp:
+                if resp.status == 401 and attempt == 1:
+                    self.info = self.login()
+                    continue
+                if resp.status >= 400:
+                    outcome("GET", resp.status, resp.reason or "", await resp.read())
+                    return
+                rest = b""
+                async for chunk in resp.content.iter_any():
+                    events, rest = watch_events(rest, chunk)
+                    for event in events:
+                        yield event
+                if rest.strip():
+                    yield json.loads(rest)
+                return
 
     async def create(self, kind: Kind, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         out = await self.call("POST", kind.path(namespace), dict(body))

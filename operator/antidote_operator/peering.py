@@ -8,6 +8,7 @@ priority, read from the same (Cluster)KopfPeering object Kopf keeps alive.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import logging
 import os
@@ -87,6 +88,7 @@ class PeeringGate:
         self.identity, self.priority = identity, priority
         self.active: dict[str | None, bool] = {}
         self.checked = 0.0
+        self._refreshed = asyncio.Event()  # set, and replaced, at every read of the peering
 
     async def refresh(self) -> None:
         if self.name is None or time.monotonic() - self.checked < REFRESH_SECONDS:
@@ -107,8 +109,16 @@ class PeeringGate:
             if was is not None and was != now:
                 log.info("peering %s%s: this replica %s", self.name, f" in {ns}" if ns else "",
                          "acts now" if now else "pauses (another replica acts)")
+        refreshed, self._refreshed = self._refreshed, asyncio.Event()
+        refreshed.set()
 
-    def allows(self, namespace: str) -> bool:
+    def allows(self, namespace: str | None) -> bool:
         if self.name is None:
             return True
         return self.active.get(namespace if self.namespaces else None, False)
+
+    async def until_allows(self, namespace: str | None) -> None:
+        """Returns once this replica may act in `namespace` (None: cluster-wide), as the
+        metrics watcher's reads of the peering say (every REFRESH_SECONDS)."""
+        while not self.allows(namespace):
+            await self._refreshed.wait()

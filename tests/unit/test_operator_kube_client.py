@@ -358,3 +358,35 @@ def test_a_dropped_connection_is_retried_once_except_for_a_create() -> None:
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+# --- a watch stream's lines ------------------------------------------------------------------
+
+def test_a_watch_event_split_across_chunks_comes_whole_and_a_long_one_too() -> None:
+    big = {"type": "MODIFIED", "object": {"metadata": {"name": "d"}, "data": "x" * 300_000}}
+    stream = (json.dumps({"type": "ADDED", "object": {"a": 1}}) + "\n" + json.dumps(big) + "\n\n"
+              + json.dumps({"type": "BOOKMARK", "object": {}})).encode()
+    events, rest = [], b""
+    for i in range(0, len(stream), 7_001):  # chunks that cut lines anywhere
+        got, rest = kube.watch_events(rest, stream[i:i + 7_001])
+        events += got
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED"]
+    assert events[1] == big
+    assert json.loads(rest) == {"type": "BOOKMARK", "object": {}}  # the last line, unfinished
+
+
+def test_a_collection_path_across_all_namespaces() -> None:
+    assert kube.DEPLOYMENT.path(None) == "/apis/apps/v1/deployments"
+    assert kube.POD.path("ns") == "/api/v1/namespaces/ns/pods"
+    with pytest.raises(AssertionError):
+        kube.POD.path(None, "p")
+
+
+def test_the_drivers_are_watched_where_kopf_watches() -> None:
+    from antidote_operator.object_watch import scopes
+
+    assert scopes([]) == [(None, None)]
+    assert scopes(["b", "a", "a"]) == [("a", None), ("b", None)]
+    ((ns, accept),) = scopes(["team-*, !*-pr-*", "ops"])
+    assert ns is None and accept is not None
+    assert [x for x in ("team-a", "team-pr-1", "ops", "other") if accept(x)] == ["team-a", "ops"]

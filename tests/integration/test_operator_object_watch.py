@@ -1,0 +1,124 @@
+"""The operator's plain watch (object_watch) against the stack's API server: what a LIST then
+WATCH hands over, a stream the server ends resumed without a new list, and a list read again
+handing over what vanished meanwhile as deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from antidote_operator import kube
+from antidote_operator.builders.common import LABEL_CONSUMER
+from antidote_operator.handlers import DRIVER_SELECTOR
+from antidote_operator.object_watch import ObjectWatch
+
+TIMEOUT = 30.0
+
+
+def deployment(name: str, component: str | None = "driver", consumer: str | None = None) -> dict[str, Any]:
+    labels = {LABEL_CONSUMER: consumer or name, "app": name}
+    if component:
+        labels["app.kubernetes.io/component"] = component
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "c", "image": "none"}]}}}}
+
+
+class Seen:
+    """What the watch handed over, in order, with a wait for a condition on it."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, bool, Any]] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, obj: dict[str, Any], deleted: bool) -> None:
+        meta = obj["metadata"]
+        self.events.append((meta["name"], deleted, (obj.get("spec") or {}).get("replicas")))
+        self._changed.set()
+
+    async def until(self, check: Callable[[], bool], what: str) -> None:
+        async def loop() -> None:
+            while not check():
+                self._changed.clear()
+                await self._changed.wait()
+        try:
+            await asyncio.wait_for(loop(), TIMEOUT)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"not seen within {TIMEOUT}s: {what}; seen {self.events}") from None
+
+
+def run(coro_fn: Callable[[kube.Kube], Any], kubeconfig: str) -> None:
+    os.environ["KUBECONFIG"] = kubeconfig
+
+    async def main() -> None:
+        client = kube.Kube.from_environment()
+        try:
+            await coro_fn(client)
+        finally:
+            await client.close()
+    asyncio.run(main())
+
+
+def test_a_watch_hands_over_the_list_then_every_change_of_its_objects_only(kubeconfig: str, namespace: str) -> None:
+    async def scenario(k: kube.Kube) -> None:
+        await k.create(kube.DEPLOYMENT, namespace, deployment("before"))
+        seen = Seen()
+        w = ObjectWatch(k, kube.DEPLOYMENT, namespace, DRIVER_SELECTOR, seen)
+        task = asyncio.create_task(w.run())
+        try:
+            await seen.until(lambda: ("before", False, 0) in seen.events, "the listed Deployment")
+            await k.create(kube.DEPLOYMENT, namespace, deployment("reader", component="reader"))
+            await k.create(kube.DEPLOYMENT, namespace, deployment("after"))
+            await k.patch(kube.DEPLOYMENT, namespace, "after", {"spec": {"replicas": 2}})
+            await k.delete(kube.DEPLOYMENT, namespace, "before")
+            await seen.until(lambda: ("before", True, 0) in seen.events, "the deletion")
+            assert [e for e in seen.events if e[0] == "after"][-1] == ("after", False, 2)
+            assert not [e for e in seen.events if e[0] == "reader"]  # not a driver: not selected
+            assert w.lists == 1
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    run(scenario, kubeconfig)
+
+
+def test_a_stream_the_server_ends_is_resumed_without_reading_the_list_again(kubeconfig: str, namespace: str) -> None:
+    async def scenario(k: kube.Kube) -> None:
+        seen = Seen()
+        w = ObjectWatch(k, kube.DEPLOYMENT, namespace, DRIVER_SELECTOR, seen, timeout=1)
+        version = await w.relist()
+        # The server ends each stream after 1 s; every event after one ended must come.
+        version = await w.follow(version)
+        await k.create(kube.DEPLOYMENT, namespace, deployment("later"))
+        version = await w.follow(version)
+        await k.patch(kube.DEPLOYMENT, namespace, "later", {"spec": {"replicas": 3}})
+        while ("later", False, 3) not in seen.events:
+            version = await w.follow(version)
+        assert seen.events[0] == ("later", False, 0)
+        assert w.lists == 1
+    run(scenario, kubeconfig)
+
+
+@pytest.mark.parametrize("cluster_wide", [False, True])
+def test_a_list_read_again_hands_over_what_vanished_as_deleted(kubeconfig: str, namespace: str,
+                                                                cluster_wide: bool) -> None:
+    async def scenario(k: kube.Kube) -> None:
+        seen = Seen()
+        token = uuid.uuid4().hex[:8]  # a cluster-wide list sees only this test's Deployments
+        selector = f"{DRIVER_SELECTOR},{LABEL_CONSUMER} in (gone-{token},stays-{token})"
+        w = ObjectWatch(k, kube.DEPLOYMENT, None if cluster_wide else namespace, selector, seen)
+        for name in ("gone", "stays"):
+            await k.create(kube.DEPLOYMENT, namespace, deployment(name, consumer=f"{name}-{token}"))
+        await w.relist()
+        await k.delete(kube.DEPLOYMENT, namespace, "gone")
+        seen.events.clear()
+        await w.relist()
+        assert sorted(seen.events) == [("gone", True, None), ("stays", False, 0)]
+        assert w.known.keys() == {(namespace, "stays")}
+    run(scenario, kubeconfig)
