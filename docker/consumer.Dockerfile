@@ -18,6 +18,9 @@ RUN mvn -q -f /build/pom.xml dependency:copy-dependencies -DoutputDirectory=/jar
 
 # Everything but Antidote itself: Java, the Python dependencies, the jars, the user.
 FROM ${PYTHON_IMAGE} AS deps
+# Bytecode is compiled at install (pip's default), so a pod's start does not compile its
+# imports (measured: +0.4 s of CPU for the operator's, +0.2 s for pyspark's); the running
+# process writes none (a non-root user, an image's files).
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     JAVA_HOME=/usr/lib/jvm/java-17-openjdk
 RUN apt-get update \
@@ -30,7 +33,7 @@ RUN apt-get update \
 WORKDIR /deps
 COPY pyproject.toml constraints.txt ./
 RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > deps.txt \
- && pip install --no-compile -c constraints.txt setuptools wheel -r deps.txt \
+ && pip install -c constraints.txt setuptools wheel -r deps.txt \
  && rm -rf /deps
 # The jars go where Spark puts its own: on the classpath of driver and executors alike.
 ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
@@ -44,7 +47,7 @@ WORKDIR /src
 COPY README.md pyproject.toml ./
 COPY operator/ operator/
 COPY consumer/ consumer/
-RUN pip install --no-compile --no-deps --no-build-isolation . && rm -rf /src
+RUN pip install --no-deps --no-build-isolation . && rm -rf /src
 USER 10001:10001
 WORKDIR /home/antidote
 ENV PYSPARK_PYTHON=python3 SPARK_USER=antidote

@@ -11,6 +11,9 @@ ARG DEPS=deps
 
 # Everything but Antidote itself: the Python dependencies, the user.
 FROM ${PYTHON_IMAGE} AS deps
+# Bytecode is compiled at install (pip's default), so a pod's start does not compile its
+# imports (measured: +0.4 s of CPU for the operator's, +0.2 s for pyspark's); the running
+# process writes none (a non-root user, an image's files).
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # The operator does not run Spark, but the distribution depends on pyspark (one package for
 # every command); the wheel is pure Python, no JVM is needed to import the operator. Names
@@ -19,7 +22,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_
 WORKDIR /deps
 COPY pyproject.toml constraints.txt ./
 RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > deps.txt \
- && pip install --no-compile -c constraints.txt setuptools wheel -r deps.txt \
+ && pip install -c constraints.txt setuptools wheel -r deps.txt \
  && rm -rf /deps
 RUN groupadd --gid 10001 antidote && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin antidote
 
@@ -29,7 +32,7 @@ WORKDIR /src
 COPY README.md pyproject.toml ./
 COPY operator/ operator/
 COPY consumer/ consumer/
-RUN pip install --no-compile --no-deps --no-build-isolation . && rm -rf /src
+RUN pip install --no-deps --no-build-isolation . && rm -rf /src
 USER 10001:10001
 WORKDIR /tmp
 ENTRYPOINT ["antidote"]
