@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import aclosing
 from typing import Any
 
 from kopf._cogs.structs.references import NamespaceName, match_namespace, select_specific_namespaces
@@ -112,25 +113,27 @@ class ObjectWatch:
     async def follow(self, version: str) -> str:
         """The events from `version` until the server ends the stream (its timeout) or the
         replica must pause: the version to go on from. Raises Relist on 410 Gone."""
-        async for event in self.kube.watch(self.kind, self.namespace, self.label_selector,
-                                           resource_version=version, timeout=self.timeout):
-            kind, obj = event.get("type"), event.get("object") or {}
-            if kind == "ERROR":
-                if obj.get("code") == GONE:
-                    raise Relist()
-                raise kube.ApiError(int(obj.get("code") or 500), str(obj.get("reason") or "Error"),
-                                    str(obj.get("message") or ""))
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            if kind == "BOOKMARK":
-                continue
-            if not self._allowed():
-                raise Relist()  # paused: the next list, once allowed, says what happened since
-            deleted = kind == "DELETED"
-            if deleted:
-                self.known.pop(_key(obj), None)
-            else:
-                self._note(obj)
-            self._hand_over(obj, deleted)
+        # aclosing: a stream left early (410, a pause) gives its connection back at once.
+        async with aclosing(self.kube.watch(self.kind, self.namespace, self.label_selector,
+                                            resource_version=version, timeout=self.timeout)) as events:
+            async for event in events:
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == GONE:
+                        raise Relist()
+                    raise kube.ApiError(int(obj.get("code") or 500), str(obj.get("reason") or "Error"),
+                                        str(obj.get("message") or ""))
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind == "BOOKMARK":
+                    continue
+                if not self._allowed():
+                    raise Relist()  # paused: the next list, once allowed, says what happened since
+                deleted = kind == "DELETED"
+                if deleted:
+                    self.known.pop(_key(obj), None)
+                else:
+                    self._note(obj)
+                self._hand_over(obj, deleted)
         return version
 
     def _hand_over(self, obj: Mapping[str, Any], deleted: bool) -> None:

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +19,10 @@ import pytest
 from antidote_operator import kube
 from antidote_operator.builders.common import LABEL_CONSUMER
 from antidote_operator.handlers import DRIVER_SELECTOR
-from antidote_operator.object_watch import ObjectWatch
+from antidote_operator.object_watch import ObjectWatch, Relist
+from antidote_operator.peering import PeeringGate
+
+from .operator_util import ANTIDOTE
 
 TIMEOUT = 30.0
 
@@ -121,4 +128,56 @@ def test_a_list_read_again_hands_over_what_vanished_as_deleted(kubeconfig: str, 
         await w.relist()
         assert sorted(seen.events) == [("gone", True, None), ("stays", False, 0)]
         assert w.known.keys() == {(namespace, "stays")}
+    run(scenario, kubeconfig)
+
+
+def test_a_paused_replica_hands_over_nothing_and_lists_again_once_it_acts(kubeconfig: str, namespace: str) -> None:
+    out = subprocess.run([ANTIDOTE, "operator", "--print-peering-crds"], capture_output=True, text=True, check=True)
+    subprocess.run([str(Path(sys.executable).with_name("kubectl")), "apply", "-f", "-"], input=out.stdout,
+                   env={**os.environ, "KUBECONFIG": kubeconfig}, capture_output=True, text=True, check=True)
+    peering = kube.Kind("/apis/kopf.dev/v1", "kopfpeerings")
+
+    def peers(priority: int | None) -> dict[str, Any]:
+        now = datetime.now(timezone.utc).isoformat()
+        return {} if priority is None else {"other": {"priority": priority, "lastseen": now, "lifetime": 600}}
+
+    async def scenario(k: kube.Kube) -> None:
+        for attempt in range(300):  # the CRD is served a moment after it is applied
+            try:
+                await k.create(peering, namespace, {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering",
+                                                    "metadata": {"name": "w"}, "status": peers(5)})
+                break
+            except kube.ApiError:
+                if attempt == 299:
+                    raise
+                await asyncio.sleep(0.1)
+        gate = PeeringGate(k, name="w", namespaces=[namespace], identity="me", priority=10)
+
+        async def read_peering(priority: int | None) -> None:
+            body = await k.get(peering, namespace, "w")
+            await k.call("PUT", peering.path(namespace, "w"), {**body, "status": peers(priority)})
+            gate.checked = 0.0  # read it now, not at the next 5-s mark
+            await gate.refresh()
+
+        await gate.refresh()
+        assert gate.allows(namespace)  # the other peer's priority is lower
+        seen = Seen()
+        w = ObjectWatch(k, kube.DEPLOYMENT, namespace, DRIVER_SELECTOR, seen, gate=gate)
+        await k.create(kube.DEPLOYMENT, namespace, deployment("a"))
+        version = await w.relist()
+        assert seen.events == [("a", False, 0)]
+        await read_peering(20)  # a higher-priority peer acts: this replica pauses
+        assert not gate.allows(namespace)
+        await k.create(kube.DEPLOYMENT, namespace, deployment("b"))
+        with pytest.raises(Relist):
+            await w.follow(version)  # b's event comes, and is not handed over
+        assert seen.events == [("a", False, 0)]
+        task = asyncio.create_task(w.run())
+        try:
+            await read_peering(None)  # the other peer is gone: this replica acts again
+            await seen.until(lambda: ("b", False, 0) in seen.events, "b, from the list read again")
+            assert w.lists == 2
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
     run(scenario, kubeconfig)
