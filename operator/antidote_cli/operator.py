@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -65,6 +66,15 @@ def run(args: argparse.Namespace) -> int:
 
         print(PEERING_CRDS, end="")
         return 0
+    patterns = [ns for ns in args.namespaces if any(c in ns for c in "*?!,")]
+    if args.peering and patterns and not args.all_namespaces:
+        # Kopf then keeps a KopfPeering in each namespace the patterns match, while the
+        # operator's own loops (the metrics watcher, the drivers' watches) read the peering
+        # by the names given: they would never act. Refused rather than silently idle.
+        print(f"antidote operator: --peering with --namespace patterns ({', '.join(patterns)}) is not "
+              "supported: name the namespaces (--namespace NS, repeated), or use --all-namespaces "
+              "with a ClusterKopfPeering", file=sys.stderr)
+        return 2
     from antidote_operator import no_kubernetes
 
     no_kubernetes.keep_out()  # before Kopf is imported: see the module

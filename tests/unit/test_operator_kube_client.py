@@ -390,3 +390,10 @@ def test_the_drivers_are_watched_where_kopf_watches() -> None:
     ((ns, accept),) = scopes(["team-*, !*-pr-*", "ops"])
     assert ns is None and accept is not None
     assert [x for x in ("team-a", "team-pr-1", "ops", "other") if accept(x)] == ["team-a", "ops"]
+
+
+def test_peering_with_namespace_patterns_is_refused_by_name() -> None:
+    out = subprocess.run([sys.executable, "-m", "antidote_cli.main", "operator", "--peering", "ha",
+                          "--namespace", "team-*", "--namespace", "ops"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "--peering with --namespace patterns (team-*)" in out.stderr
