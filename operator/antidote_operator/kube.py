@@ -237,9 +237,9 @@ class Kube:
                 if resp.status == 401 and attempt == 1:
                     self.info = self.login()
                     continue
-                if resp.status >= 400:
-                    outcome("GET", resp.status, resp.reason or "", await resp.read())
-                    return
+                if resp.status >= 400:  # a 404 too: a watch of nothing is an error, not an end
+                    data = await resp.read()
+                    raise ApiError(resp.status, resp.reason or "", status_message(data))
                 rest = b""
                 async for chunk in resp.content.iter_any():
                     events, rest = watch_events(rest, chunk)

@@ -181,3 +181,13 @@ def test_a_paused_replica_hands_over_nothing_and_lists_again_once_it_acts(kubeco
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     run(scenario, kubeconfig)
+
+
+def test_a_watch_of_what_the_server_does_not_serve_is_an_error_not_an_end(kubeconfig: str, namespace: str) -> None:
+    async def scenario(k: kube.Kube) -> None:
+        missing = kube.Kind("/apis/apps/v1", "nosuchthings")
+        with pytest.raises(kube.ApiError) as err:
+            async for _ in k.watch(missing, namespace, None, resource_version="0", timeout=5):
+                pass
+        assert err.value.status == 404
+    run(scenario, kubeconfig)
