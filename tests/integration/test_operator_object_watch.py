@@ -61,8 +61,10 @@ class Seen:
             raise AssertionError(f"not seen within {TIMEOUT}s: {what}; seen {self.events}") from None
 
 
-def run(coro_fn: Callable[[kube.Kube], Any], kubeconfig: str) -> None:
-    os.environ["KUBECONFIG"] = kubeconfig
+def run(coro_fn: Callable[[kube.Kube], Any], kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The operator's client logs in from $KUBECONFIG; set for this test only (a later test's
+    # subprocess must not inherit it: Spark's Kubernetes client would read it too).
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
 
     async def main() -> None:
         client = kube.Kube.from_environment()
@@ -73,7 +75,8 @@ def run(coro_fn: Callable[[kube.Kube], Any], kubeconfig: str) -> None:
     asyncio.run(main())
 
 
-def test_a_watch_hands_over_the_list_then_every_change_of_its_objects_only(kubeconfig: str, namespace: str) -> None:
+def test_a_watch_hands_over_the_list_then_every_change_of_its_objects_only(kubeconfig: str, namespace: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario(k: kube.Kube) -> None:
         await k.create(kube.DEPLOYMENT, namespace, deployment("before"))
         seen = Seen()
@@ -92,10 +95,11 @@ def test_a_watch_hands_over_the_list_then_every_change_of_its_objects_only(kubec
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-    run(scenario, kubeconfig)
+    run(scenario, kubeconfig, monkeypatch)
 
 
-def test_a_stream_the_server_ends_is_resumed_without_reading_the_list_again(kubeconfig: str, namespace: str) -> None:
+def test_a_stream_the_server_ends_is_resumed_without_reading_the_list_again(kubeconfig: str, namespace: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario(k: kube.Kube) -> None:
         seen = Seen()
         w = ObjectWatch(k, kube.DEPLOYMENT, namespace, DRIVER_SELECTOR, seen, timeout=1)
@@ -109,12 +113,12 @@ def test_a_stream_the_server_ends_is_resumed_without_reading_the_list_again(kube
             version = await w.follow(version)
         assert seen.events[0] == ("later", False, 0)
         assert w.lists == 1
-    run(scenario, kubeconfig)
+    run(scenario, kubeconfig, monkeypatch)
 
 
 @pytest.mark.parametrize("cluster_wide", [False, True])
-def test_a_list_read_again_hands_over_what_vanished_as_deleted(kubeconfig: str, namespace: str,
-                                                                cluster_wide: bool) -> None:
+def test_a_list_read_again_hands_over_what_vanished_as_deleted(
+        kubeconfig: str, namespace: str, cluster_wide: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario(k: kube.Kube) -> None:
         seen = Seen()
         token = uuid.uuid4().hex[:8]  # a cluster-wide list sees only this test's Deployments
@@ -128,10 +132,11 @@ def test_a_list_read_again_hands_over_what_vanished_as_deleted(kubeconfig: str, 
         await w.relist()
         assert sorted(seen.events) == [("gone", True, None), ("stays", False, 0)]
         assert w.known.keys() == {(namespace, "stays")}
-    run(scenario, kubeconfig)
+    run(scenario, kubeconfig, monkeypatch)
 
 
-def test_a_paused_replica_hands_over_nothing_and_lists_again_once_it_acts(kubeconfig: str, namespace: str) -> None:
+def test_a_paused_replica_hands_over_nothing_and_lists_again_once_it_acts(kubeconfig: str, namespace: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     out = subprocess.run([ANTIDOTE, "operator", "--print-peering-crds"], capture_output=True, text=True, check=True)
     subprocess.run([str(Path(sys.executable).with_name("kubectl")), "apply", "-f", "-"], input=out.stdout,
                    env={**os.environ, "KUBECONFIG": kubeconfig}, capture_output=True, text=True, check=True)
@@ -180,14 +185,15 @@ def test_a_paused_replica_hands_over_nothing_and_lists_again_once_it_acts(kubeco
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-    run(scenario, kubeconfig)
+    run(scenario, kubeconfig, monkeypatch)
 
 
-def test_a_watch_of_what_the_server_does_not_serve_is_an_error_not_an_end(kubeconfig: str, namespace: str) -> None:
+def test_a_watch_of_what_the_server_does_not_serve_is_an_error_not_an_end(kubeconfig: str, namespace: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario(k: kube.Kube) -> None:
         missing = kube.Kind("/apis/apps/v1", "nosuchthings")
         with pytest.raises(kube.ApiError) as err:
             async for _ in k.watch(missing, namespace, None, resource_version="0", timeout=5):
                 pass
         assert err.value.status == 404
-    run(scenario, kubeconfig)
+    run(scenario, kubeconfig, monkeypatch)
