@@ -66,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
 
         print(PEERING_CRDS, end="")
         return 0
-    patterns = [ns for ns in args.namespaces if any(c in ns for c in "*?!,")]
+    from antidote_operator import no_kubernetes
+
+    no_kubernetes.keep_out()  # before Kopf is imported: see the module
+    from antidote_operator.object_watch import namespace_patterns
+
+    patterns = namespace_patterns(args.namespaces)
     if args.peering and patterns and not args.all_namespaces:
         # Kopf then keeps a KopfPeering in each namespace the patterns match, while the
         # operator's own loops (the metrics watcher, the drivers' watches) read the peering
@@ -75,9 +80,6 @@ def run(args: argparse.Namespace) -> int:
               "supported: name the namespaces (--namespace NS, repeated), or use --all-namespaces "
               "with a ClusterKopfPeering", file=sys.stderr)
         return 2
-    from antidote_operator import no_kubernetes
-
-    no_kubernetes.keep_out()  # before Kopf is imported: see the module
     from antidote_operator.builders.common import RenderOptions
     from antidote_operator.main import run as run_operator
     from antidote_operator.context import Options

@@ -46,10 +46,16 @@ def scopes(patterns: list[str]) -> list[tuple[str | None, Callable[[str], bool] 
     cluster-wide watch, kept to the namespaces the patterns match (Kopf's own matcher)."""
     if not patterns:
         return [(None, None)]
-    names = select_specific_namespaces(patterns)
-    if len(names) == len(set(patterns)):
-        return [(ns, None) for ns in sorted(names)]
+    if not namespace_patterns(patterns):
+        return [(ns, None) for ns in sorted(set(patterns))]
     return [(None, lambda ns: any(match_namespace(NamespaceName(ns), p) for p in patterns))]
+
+
+def namespace_patterns(values: list[str]) -> list[str]:
+    """The `--namespace` values Kopf reads as patterns (globs, negations, comma lists), not
+    as one namespace's name."""
+    names = select_specific_namespaces(values)
+    return [v for v in values if v not in names]
 
 
 class ObjectWatch:

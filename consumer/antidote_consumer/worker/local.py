@@ -50,8 +50,8 @@ def _warm(cfg: WorkerConfig) -> None:
     if producer is not None:
         producer.list_topics(timeout=10)  # connected before the first batch needs it
     # The modules are long-lived: frozen, Python's full collections (every few retry batches
-    # at 1% poison, ~50 ms each walking them) walk only what came after (as in the driver,
-    # the driver, and Spark's Python workers).
+    # at 1% poison, ~50 ms each walking them) walk only what came after (as in the driver
+    # and Spark's Python workers).
     collector.tune()
 
 
