@@ -9,7 +9,8 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,17 @@ class Seen:
             raise AssertionError(f"not seen within {TIMEOUT}s: {what}; seen {self.events}") from None
 
 
+@asynccontextmanager
+async def running(w: ObjectWatch) -> AsyncIterator[None]:
+    """`w.run()` in the background for the block, cancelled after it."""
+    task = asyncio.create_task(w.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 def run(coro_fn: Callable[[kube.Kube], Any], kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The operator's client logs in from $KUBECONFIG; set for this test only (a later test's
     # subprocess must not inherit it: Spark's Kubernetes client would read it too).
@@ -81,8 +93,7 @@ def test_a_watch_hands_over_the_list_then_every_change_of_its_objects_only(kubec
         await k.create(kube.DEPLOYMENT, namespace, deployment("before"))
         seen = Seen()
         w = ObjectWatch(k, kube.DEPLOYMENT, namespace, DRIVER_SELECTOR, seen)
-        task = asyncio.create_task(w.run())
-        try:
+        async with running(w):
             await seen.until(lambda: ("before", False, 0) in seen.events, "the listed Deployment")
             await k.create(kube.DEPLOYMENT, namespace, deployment("reader", component="reader"))
             await k.create(kube.DEPLOYMENT, namespace, deployment("after"))
@@ -92,9 +103,6 @@ def test_a_watch_hands_over_the_list_then_every_change_of_its_objects_only(kubec
             assert [e for e in seen.events if e[0] == "after"][-1] == ("after", False, 2)
             assert not [e for e in seen.events if e[0] == "reader"]  # not a driver: not selected
             assert w.lists == 1
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
     run(scenario, kubeconfig, monkeypatch)
 
 
@@ -177,14 +185,10 @@ def test_a_paused_replica_hands_over_nothing_and_lists_again_once_it_acts(kubeco
         with pytest.raises(Relist):
             await w.follow(version)  # b's event comes, and is not handed over
         assert seen.events == [("a", False, 0)]
-        task = asyncio.create_task(w.run())
-        try:
+        async with running(w):
             await read_peering(None)  # the other peer is gone: this replica acts again
             await seen.until(lambda: ("b", False, 0) in seen.events, "b, from the list read again")
             assert w.lists == 2
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
     run(scenario, kubeconfig, monkeypatch)
 
 
