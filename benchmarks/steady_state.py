@@ -10,6 +10,13 @@ cycles (policy: 2 immediate retries, 1 cycle of 1 s, then Move) run during that 
 the driver's pump beside the source query; the last cycle's drain after the source ends is
 reported on its own, as latency.
 
+Before the first round both Spark pipelines run over a warm-up topic, pass after pass, until
+Spark's JIT compilers spent less than --warmup-jit of a core during a pass: the pipelines
+share one JVM, which otherwise keeps compiling through the first rounds. Each run also
+prints the machine's CPU time per source message in its window (all processes: Spark, its
+Python workers, the driver, the broker) and how busy the cores were: a slower pipeline
+either costs more CPU per message or leaves cores idle.
+
 (a)   plain Spark: Kafka source -> mapInArrow(handler) -> Kafka sink, no poison handling;
 (b)   Antidote at 0%, 0.1% and 1% poison;
 (c)   a confluent-kafka consume -> handler -> produce loop with a dead-letter topic, one
@@ -30,6 +37,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -61,10 +69,63 @@ class Run:
     seconds: float  # the window's length
     drain: float | None = None  # after the last source batch, until the last retry cycle is done
     retried_in_window: int = 0  # retry records the pump processed within the window
+    start: float = 0.0  # the window, in epoch seconds
+    end: float = 0.0
+    cpu_us: float = 0.0  # the whole machine's CPU time per source message in the window
+    busy: float = 0.0  # the machine's cores busy in the window, as a share of all of them
+    jit: float = 0.0  # Spark's JIT compilers during the run, as a share of one core
 
     @property
     def rate(self) -> float:
         return self.msgs / self.seconds
+
+
+class MachineCpu:
+    """The whole machine's busy CPU time (/proc/stat: every process, the broker's and the API
+    server's too), sampled in the background, so a window's CPU per message can be read
+    afterwards. A pipeline that moves fewer msg/s either spends more CPU per message or
+    leaves cores idle (waits: serial driver work, the broker); this says which."""
+
+    def __init__(self, period: float = 0.25):
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._period = period
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self._thread = threading.Thread(target=self._loop, name="machine-cpu", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def busy_ticks() -> int:
+        f = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f[:8])
+        return user + nice + system + irq + softirq + steal
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), self.busy_ticks()))
+            self._stop.wait(self._period)
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds the machine was busy between two times (interpolated between samples)."""
+        def at(t: float) -> float:
+            xs = self.samples
+            for (t0, b0), (t1, b1) in zip(xs, xs[1:]):
+                if t0 <= t <= t1:
+                    return b0 + (b1 - b0) * (t - t0) / (t1 - t0 or 1)
+            return xs[-1][1] if t > xs[-1][0] else xs[0][1]
+        return (at(end) - at(start)) / self.hz
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def jit_ms(spark) -> int:
+    """Milliseconds the Spark JVM's JIT compilers have spent so far (JMX): a JVM still compiling
+    Spark's code paths is not in its steady state yet (measured: ~45% of a core in its first
+    minute, ~10% after three, falling on)."""
+    return int(spark._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+               .getTotalCompilationTime())
 
 
 def _epoch(ts: str) -> float:
@@ -95,7 +156,7 @@ def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir
         msgs, start, end = window_of(q.recentProgress, warmup)
     finally:
         q.stop()
-    return Run(msgs, end - start)
+    return Run(msgs, end - start, start=start, end=end)
 
 
 def run_antidote(spark, s, warmup: int, poison: int) -> Run:
@@ -121,7 +182,8 @@ def run_antidote(spark, s, warmup: int, poison: int) -> Run:
     assert moved == poison, f"moved {moved}, produced {poison} poison"
     msgs, start, end = window_of(consumer.query.recentProgress, warmup)
     within = sum(n for t, n in pumped if start <= t <= end)
-    return Run(msgs, end - start, drain=done - end if poison else None, retried_in_window=within)
+    return Run(msgs, end - start, drain=done - end if poison else None, retried_in_window=within,
+               start=start, end=end)
 
 
 def run_loop(bootstrap: str, admin, source: str, per_partition: dict[int, int], partitions: int,
@@ -136,7 +198,7 @@ def run_loop(bootstrap: str, admin, source: str, per_partition: dict[int, int], 
         seen += marks[i][1]
         i += 1
     start, end = marks[i - 1][0], marks[-1][0]
-    return Run(sum(n for _, n in marks[i:]), end - start)
+    return Run(sum(n for _, n in marks[i:]), end - start, start=start, end=end)
 
 
 def partition_counts(admin_consumer, topic: str, partitions: int) -> dict[int, int]:
@@ -167,6 +229,10 @@ def main() -> int:
     # warm-up was 20,000 messages), so whichever pipeline ran first paid for it.
     ap.add_argument("--warmup-messages", type=int, default=1_000_000,
                     help="messages each Spark pipeline runs over once before the first round")
+    ap.add_argument("--warmup-jit", type=float, default=0.10,
+                    help="warm up until Spark's JIT compiled less than this share of one core during "
+                         "a warm-up pass (or --warmup-max-seconds passed)")
+    ap.add_argument("--warmup-max-seconds", type=float, default=240)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-spread", type=float, default=0.20,
                     help="a ratio whose per-round spread ((max-min)/median) exceeds this is not concluded")
@@ -187,6 +253,7 @@ def main() -> int:
     st, own_dir = bench_stack.up()
     workdir = Path(tempfile.mkdtemp(prefix="antidote-steady-"))
     spark = None
+    cpu = MachineCpu()
     runs: dict[str, list[Run]] = {k: [] for k in chosen}
     loads: list[str] = []
     try:
@@ -216,10 +283,21 @@ def main() -> int:
         # Every batch's progress is kept for the window (Spark keeps the last 100 by default).
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
         log("warming up the Spark pipelines")
-        run_plain(spark, bootstrap, warm, make_topic(admin, warm + "-plain", args.partitions),
-                  args.batch, workdir, warmup=0)
-        run_antidote(spark, settings(bootstrap, warm, make_topic(admin, warm + "-ad", args.partitions),
-                                     args.batch, workdir, POLICY), warmup=0, poison=0)
+        warm_started, passes = time.time(), 0
+        while True:
+            # Both Spark pipelines over the warm-up topic, again until the JVM's JIT has settled:
+            # in a JVM still compiling, whichever pipeline runs later runs on faster code.
+            t0, j0 = time.time(), jit_ms(spark)
+            run_plain(spark, bootstrap, warm, make_topic(admin, f"{warm}-plain-{passes}", args.partitions),
+                      args.batch, workdir, warmup=0)
+            run_antidote(spark, settings(bootstrap, warm, make_topic(admin, f"{warm}-ad-{passes}",
+                                                                     args.partitions),
+                                         args.batch, workdir, POLICY), warmup=0, poison=0)
+            passes += 1
+            share = (jit_ms(spark) - j0) / 1000 / (time.time() - t0)
+            log(f"warm-up pass {passes}: Spark's JIT compiled {share:.0%} of a core")
+            if share < args.warmup_jit or time.time() - warm_started > args.warmup_max_seconds:
+                break
 
         warm_msgs = args.warmup_batches * args.batch
         for r in range(args.rounds):
@@ -227,6 +305,7 @@ def main() -> int:
             for k in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:
                 label = "0%" if k in ("a", "ceil") else k.split(" ", 1)[1]
                 src, bad, per_partition = topics[label]
+                t0, j0 = time.time(), jit_ms(spark)
                 if k == "a":
                     sink = make_topic(admin, f"{src}-a-{r}", args.partitions)
                     run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches)
@@ -237,13 +316,18 @@ def main() -> int:
                 else:
                     run = run_loop(bootstrap, admin, src, per_partition, args.partitions,
                                    None if k == "ceil" else "enrich", warm_msgs, bad)
+                run.jit = (jit_ms(spark) - j0) / 1000 / (time.time() - t0)
+                busy = cpu.between(run.start, run.end)
+                run.cpu_us, run.busy = busy / run.msgs * 1e6, busy / run.seconds / CORES
                 runs[k].append(run)
                 drain = f", last cycle drained {run.drain:.1f}s after" if run.drain is not None else ""
                 retried = f", {run.retried_in_window} retries in the window" if k.startswith("b") and bad else ""
                 log(f"round {r + 1}: {PIPELINES[k]}: {run.rate:,.0f} msg/s over {run.seconds:.1f}s "
-                    f"({run.msgs:,} msgs){retried}{drain}")
+                    f"({run.msgs:,} msgs){retried}{drain}; machine CPU {run.cpu_us:.2f} us/msg, "
+                    f"{run.busy:.0%} busy; Spark's JIT {run.jit:.0%} of a core")
         loads.append(Path("/proc/loadavg").read_text().split()[0])
     finally:
+        cpu.close()
         if spark is not None:
             spark.stop()
         bench_stack.down(own_dir)
@@ -257,7 +341,8 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
           f"Spark local[2] and {CORES} loop processes on {CORES} cores, batches of {args.batch:,}, "
           f"window after {args.warmup_batches} batches; {args.rounds} rounds; "
           f"1-min load at each round's start and at the end: {' '.join(loads)}\n")
-    print(f"{'pipeline':<36}{'median msg/s':>13}{'per core':>10}{'window s':>10}{'drain s':>9}   every round (msg/s)")
+    print(f"{'pipeline':<36}{'median msg/s':>13}{'per core':>10}{'window s':>10}{'drain s':>9}"
+          f"{'CPU us/msg':>11}{'busy':>6}   every round (msg/s)")
     med = {}
     for k, rs in runs.items():
         med[k] = statistics.median(r.rate for r in rs)
@@ -266,7 +351,8 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
         short = "" if min(r.seconds for r in rs) >= 60 or min(r.msgs for r in rs) >= 5_000_000 else \
             "  (window < 60 s and < 5M msgs)"
         print(f"{PIPELINES[k]:<36}{med[k]:>13,.0f}{med[k] / CORES:>10,.0f}"
-              f"{statistics.median(r.seconds for r in rs):>10.1f}{drain}   "
+              f"{statistics.median(r.seconds for r in rs):>10.1f}{drain}"
+              f"{statistics.median(r.cpu_us for r in rs):>11.2f}{statistics.median(r.busy for r in rs):>6.0%}   "
               + " ".join(f"{r.rate:,.0f}" for r in rs) + short)
     print()
     for name, num, den, goal in (
