@@ -72,6 +72,7 @@ class Run:
     start: float = 0.0  # the window, in epoch seconds
     end: float = 0.0
     cpu_us: float = 0.0  # the whole machine's CPU time per source message in the window
+    cpu_by: dict | None = None  # the same by kind of process (MachineCpu.KINDS)
     busy: float = 0.0  # the machine's cores busy in the window, as a share of all of them
     jit: float = 0.0  # Spark's JIT compilers during the run, as a share of one core
 
@@ -81,16 +82,21 @@ class Run:
 
 
 class MachineCpu:
-    """The whole machine's busy CPU time (/proc/stat: every process, the broker's and the API
-    server's too), sampled in the background, so a window's CPU per message can be read
-    afterwards. A pipeline that moves fewer msg/s either spends more CPU per message or
-    leaves cores idle (waits: serial driver work, the broker); this says which."""
+    """The machine's busy CPU time (/proc/stat: every process, the broker's and the API
+    server's too) and each kind of process's share of it (/proc/PID/stat), sampled in the
+    background, so a window's CPU per message can be read afterwards, whole and by process.
+    A pipeline that moves fewer msg/s either spends more CPU per message or leaves cores
+    idle (waits: serial driver work, the broker); this says which, and where."""
 
-    def __init__(self, period: float = 0.25):
-        self.samples: list[tuple[float, int]] = []
+    KINDS = ("spark jvm", "py workers", "driver", "subprocs", "broker", "other")
+
+    def __init__(self, period: float = 0.5):
+        self.samples: list[tuple[float, int, dict[str, int]]] = []
         self._stop = threading.Event()
         self._period = period
         self.hz = os.sysconf("SC_CLK_TCK")
+        self._kind: dict[int, str] = {}
+        self._last: dict[int, int] = {}  # a process's ticks when last seen: kept after it ends
         self._thread = threading.Thread(target=self._loop, name="machine-cpu", daemon=True)
         self._thread.start()
 
@@ -100,20 +106,60 @@ class MachineCpu:
         user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f[:8])
         return user + nice + system + irq + softirq + steal
 
+    @staticmethod
+    def kind_of(pid: int, cmdline: str) -> str:
+        if pid == os.getpid():
+            return "driver"  # the Spark driver's Python: this process
+        if "SparkSubmit" in cmdline:
+            return "spark jvm"  # local[2]: Spark's driver JVM and its executor threads
+        if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+            return "py workers"
+        if "multiprocessing" in cmdline:
+            return "subprocs"  # the consumer's local worker; the loop's processes
+        if "kafka.Kafka" in cmdline:
+            return "broker"
+        return "other"
+
+    def _by_kind(self) -> dict[str, int]:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                if pid not in self._kind:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    self._kind[pid] = self.kind_of(pid, cmd)
+                f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            self._last[pid] = int(f[11]) + int(f[12])  # utime + stime
+        out = dict.fromkeys(self.KINDS, 0)
+        for pid, ticks in self._last.items():
+            out[self._kind[pid]] += ticks
+        return out
+
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.time(), self.busy_ticks()))
+            self.samples.append((time.time(), self.busy_ticks(), self._by_kind()))
             self._stop.wait(self._period)
 
-    def between(self, start: float, end: float) -> float:
-        """CPU seconds the machine was busy between two times (interpolated between samples)."""
-        def at(t: float) -> float:
+    def between(self, start: float, end: float) -> tuple[float, dict[str, float]]:
+        """CPU seconds the machine was busy between two times, whole and by kind of process
+        (interpolated between samples; "other" also takes the kernel's own time)."""
+        def at(t: float) -> tuple[float, dict[str, float]]:
             xs = self.samples
-            for (t0, b0), (t1, b1) in zip(xs, xs[1:]):
+            if t <= xs[0][0]:
+                return xs[0][1], dict(xs[0][2])
+            for (t0, b0, k0), (t1, b1, k1) in zip(xs, xs[1:]):
                 if t0 <= t <= t1:
-                    return b0 + (b1 - b0) * (t - t0) / (t1 - t0 or 1)
-            return xs[-1][1] if t > xs[-1][0] else xs[0][1]
-        return (at(end) - at(start)) / self.hz
+                    w = (t - t0) / (t1 - t0 or 1)
+                    return b0 + (b1 - b0) * w, {k: k0[k] + (k1[k] - k0[k]) * w for k in k0}
+            return xs[-1][1], dict(xs[-1][2])
+        (b0, k0), (b1, k1) = at(start), at(end)
+        kinds = {k: (k1[k] - k0[k]) / self.hz for k in self.KINDS}
+        whole = (b1 - b0) / self.hz
+        kinds["other"] = max(0.0, whole - sum(v for k, v in kinds.items() if k != "other"))
+        return whole, kinds
 
     def close(self) -> None:
         self._stop.set()
@@ -317,14 +363,16 @@ def main() -> int:
                     run = run_loop(bootstrap, admin, src, per_partition, args.partitions,
                                    None if k == "ceil" else "enrich", warm_msgs, bad)
                 run.jit = (jit_ms(spark) - j0) / 1000 / (time.time() - t0)
-                busy = cpu.between(run.start, run.end)
+                busy, by_kind = cpu.between(run.start, run.end)
                 run.cpu_us, run.busy = busy / run.msgs * 1e6, busy / run.seconds / CORES
+                run.cpu_by = {k: v / run.msgs * 1e6 for k, v in by_kind.items()}
                 runs[k].append(run)
                 drain = f", last cycle drained {run.drain:.1f}s after" if run.drain is not None else ""
                 retried = f", {run.retried_in_window} retries in the window" if k.startswith("b") and bad else ""
                 log(f"round {r + 1}: {PIPELINES[k]}: {run.rate:,.0f} msg/s over {run.seconds:.1f}s "
-                    f"({run.msgs:,} msgs){retried}{drain}; machine CPU {run.cpu_us:.2f} us/msg, "
-                    f"{run.busy:.0%} busy; Spark's JIT {run.jit:.0%} of a core")
+                    f"({run.msgs:,} msgs){retried}{drain}; machine CPU {run.cpu_us:.2f} us/msg ("
+                    + ", ".join(f"{k} {v:.2f}" for k, v in run.cpu_by.items() if v >= 0.005)
+                    + f"), {run.busy:.0%} busy; Spark's JIT {run.jit:.0%} of a core")
         loads.append(Path("/proc/loadavg").read_text().split()[0])
     finally:
         cpu.close()
@@ -354,6 +402,11 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
               f"{statistics.median(r.seconds for r in rs):>10.1f}{drain}"
               f"{statistics.median(r.cpu_us for r in rs):>11.2f}{statistics.median(r.busy for r in rs):>6.0%}   "
               + " ".join(f"{r.rate:,.0f}" for r in rs) + short)
+    print(f"\nmachine CPU per source message in the window, by process (us, medians of the rounds):\n"
+          f"{'pipeline':<36}" + "".join(f"{k:>12}" for k in MachineCpu.KINDS))
+    for k, rs in runs.items():
+        print(f"{PIPELINES[k]:<36}" + "".join(
+            f"{statistics.median((r.cpu_by or {}).get(kind, 0.0) for r in rs):>12.2f}" for kind in MachineCpu.KINDS))
     print()
     for name, num, den, goal in (
             ("b(0%)/a", "b 0%", "a", 1.00), ("b(0.1%)/b(0%)", "b 0.1%", "b 0%", 0.95),
