@@ -95,8 +95,8 @@ class MachineCpu:
         self._stop = threading.Event()
         self._period = period
         self.hz = os.sysconf("SC_CLK_TCK")
-        self._kind: dict[int, str] = {}
-        self._last: dict[int, int] = {}  # a process's ticks when last seen: kept after it ends
+        self._kind: dict[tuple[int, str], str] = {}
+        self._last: dict[tuple[int, str], int] = {}  # a process's ticks when last seen: kept after it ends
         self._thread = threading.Thread(target=self._loop, name="machine-cpu", daemon=True)
         self._thread.start()
 
@@ -126,16 +126,17 @@ class MachineCpu:
                 continue
             pid = int(entry.name)
             try:
-                if pid not in self._kind:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    self._kind[pid] = self.kind_of(pid, cmd)
                 f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                key = (pid, f[19])  # with its start time: a pid used again is another process
+                if key not in self._kind:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    self._kind[key] = self.kind_of(pid, cmd)
             except (FileNotFoundError, ProcessLookupError):
                 continue
-            self._last[pid] = int(f[11]) + int(f[12])  # utime + stime
+            self._last[key] = int(f[11]) + int(f[12])  # utime + stime
         out = dict.fromkeys(self.KINDS, 0)
-        for pid, ticks in self._last.items():
-            out[self._kind[pid]] += ticks
+        for key, ticks in self._last.items():
+            out[self._kind[key]] += ticks
         return out
 
     def _loop(self) -> None:
