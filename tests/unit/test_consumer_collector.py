@@ -26,7 +26,11 @@ def test_tuned_once_and_kept() -> None:
     assert frozen > 0 and gc.get_threshold() == (collector.YOUNG_EVERY, *before[1:])
     kept = [object() for _ in range(3)]
     collector.tune()  # a later task: nothing more is frozen
-    assert gc.get_freeze_count() == frozen and kept
+    # The count can fall (another thread of this process, say a Kafka client's or py4j's
+    # from an earlier test, frees an object that was frozen) but a second freeze would raise
+    # it, and would take `kept` out of the generations the collector walks.
+    assert gc.get_freeze_count() <= frozen
+    assert any(o is kept for o in gc.get_objects())
 
 
 def test_cycles_made_after_it_are_still_collected() -> None:
