@@ -66,15 +66,18 @@ PIPELINES = {
 @dataclass
 class Run:
     msgs: int  # source messages in the steady window
-    seconds: float  # the window's length
+    start: float  # the window, in epoch seconds
+    end: float
     drain: float | None = None  # after the last source batch, until the last retry cycle is done
     retried_in_window: int = 0  # retry records the pump processed within the window
-    start: float = 0.0  # the window, in epoch seconds
-    end: float = 0.0
     cpu_us: float = 0.0  # the whole machine's CPU time per source message in the window
     cpu_by: dict | None = None  # the same by kind of process (MachineCpu.KINDS)
     busy: float = 0.0  # the machine's cores busy in the window, as a share of all of them
     jit: float = 0.0  # Spark's JIT compilers during the run, as a share of one core
+
+    @property
+    def seconds(self) -> float:  # the window's length
+        return self.end - self.start
 
     @property
     def rate(self) -> float:
@@ -133,7 +136,8 @@ class MachineCpu:
                     self._kind[key] = self.kind_of(pid, cmd)
             except (FileNotFoundError, ProcessLookupError):
                 continue
-            self._last[key] = int(f[11]) + int(f[12])  # utime + stime
+            if self._kind[key] != "other":  # "other" is what the machine's total leaves (between)
+                self._last[key] = int(f[11]) + int(f[12])  # utime + stime
         out = dict.fromkeys(self.KINDS, 0)
         for key, ticks in self._last.items():
             out[self._kind[key]] += ticks
@@ -159,7 +163,7 @@ class MachineCpu:
         (b0, k0), (b1, k1) = at(start), at(end)
         kinds = {k: (k1[k] - k0[k]) / self.hz for k in self.KINDS}
         whole = (b1 - b0) / self.hz
-        kinds["other"] = max(0.0, whole - sum(v for k, v in kinds.items() if k != "other"))
+        kinds["other"] = max(0.0, whole - sum(kinds.values()))
         return whole, kinds
 
     def close(self) -> None:
@@ -173,6 +177,16 @@ def jit_ms(spark) -> int:
     minute, ~10% after three, falling on)."""
     return int(spark._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
                .getTotalCompilationTime())
+
+
+def jit_mark(spark) -> tuple[float, int]:
+    return time.time(), jit_ms(spark)
+
+
+def jit_share(spark, mark: tuple[float, int]) -> float:
+    """Spark's JIT compile time since `mark` (jit_mark), as a share of one core."""
+    t0, j0 = mark
+    return (jit_ms(spark) - j0) / 1000 / (time.time() - t0)
 
 
 def _epoch(ts: str) -> float:
@@ -203,7 +217,7 @@ def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir
         msgs, start, end = window_of(q.recentProgress, warmup)
     finally:
         q.stop()
-    return Run(msgs, end - start, start=start, end=end)
+    return Run(msgs, start, end)
 
 
 def run_antidote(spark, s, warmup: int, poison: int) -> Run:
@@ -229,8 +243,7 @@ def run_antidote(spark, s, warmup: int, poison: int) -> Run:
     assert moved == poison, f"moved {moved}, produced {poison} poison"
     msgs, start, end = window_of(consumer.query.recentProgress, warmup)
     within = sum(n for t, n in pumped if start <= t <= end)
-    return Run(msgs, end - start, drain=done - end if poison else None, retried_in_window=within,
-               start=start, end=end)
+    return Run(msgs, start, end, drain=done - end if poison else None, retried_in_window=within)
 
 
 def run_loop(bootstrap: str, admin, source: str, per_partition: dict[int, int], partitions: int,
@@ -245,7 +258,7 @@ def run_loop(bootstrap: str, admin, source: str, per_partition: dict[int, int], 
         seen += marks[i][1]
         i += 1
     start, end = marks[i - 1][0], marks[-1][0]
-    return Run(sum(n for _, n in marks[i:]), end - start, start=start, end=end)
+    return Run(sum(n for _, n in marks[i:]), start, end)
 
 
 def partition_counts(admin_consumer, topic: str, partitions: int) -> dict[int, int]:
@@ -334,14 +347,14 @@ def main() -> int:
         while True:
             # Both Spark pipelines over the warm-up topic, again until the JVM's JIT has settled:
             # in a JVM still compiling, whichever pipeline runs later runs on faster code.
-            t0, j0 = time.time(), jit_ms(spark)
+            mark = jit_mark(spark)
             run_plain(spark, bootstrap, warm, make_topic(admin, f"{warm}-plain-{passes}", args.partitions),
                       args.batch, workdir, warmup=0)
             run_antidote(spark, settings(bootstrap, warm, make_topic(admin, f"{warm}-ad-{passes}",
                                                                      args.partitions),
                                          args.batch, workdir, POLICY), warmup=0, poison=0)
             passes += 1
-            share = (jit_ms(spark) - j0) / 1000 / (time.time() - t0)
+            share = jit_share(spark, mark)
             log(f"warm-up pass {passes}: Spark's JIT compiled {share:.0%} of a core")
             if share < args.warmup_jit or time.time() - warm_started > args.warmup_max_seconds:
                 break
@@ -352,7 +365,7 @@ def main() -> int:
             for k in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:
                 label = "0%" if k in ("a", "ceil") else k.split(" ", 1)[1]
                 src, bad, per_partition = topics[label]
-                t0, j0 = time.time(), jit_ms(spark)
+                mark = jit_mark(spark)
                 if k == "a":
                     sink = make_topic(admin, f"{src}-a-{r}", args.partitions)
                     run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches)
@@ -363,16 +376,16 @@ def main() -> int:
                 else:
                     run = run_loop(bootstrap, admin, src, per_partition, args.partitions,
                                    None if k == "ceil" else "enrich", warm_msgs, bad)
-                run.jit = (jit_ms(spark) - j0) / 1000 / (time.time() - t0)
+                run.jit = jit_share(spark, mark)
                 busy, by_kind = cpu.between(run.start, run.end)
                 run.cpu_us, run.busy = busy / run.msgs * 1e6, busy / run.seconds / CORES
-                run.cpu_by = {k: v / run.msgs * 1e6 for k, v in by_kind.items()}
+                run.cpu_by = {kind: v / run.msgs * 1e6 for kind, v in by_kind.items()}
                 runs[k].append(run)
                 drain = f", last cycle drained {run.drain:.1f}s after" if run.drain is not None else ""
                 retried = f", {run.retried_in_window} retries in the window" if k.startswith("b") and bad else ""
                 log(f"round {r + 1}: {PIPELINES[k]}: {run.rate:,.0f} msg/s over {run.seconds:.1f}s "
                     f"({run.msgs:,} msgs){retried}{drain}; machine CPU {run.cpu_us:.2f} us/msg ("
-                    + ", ".join(f"{k} {v:.2f}" for k, v in run.cpu_by.items() if v >= 0.005)
+                    + ", ".join(f"{kind} {v:.2f}" for kind, v in run.cpu_by.items() if v >= 0.005)
                     + f"), {run.busy:.0%} busy; Spark's JIT {run.jit:.0%} of a core")
         loads.append(Path("/proc/loadavg").read_text().split()[0])
     finally:
