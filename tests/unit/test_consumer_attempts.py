@@ -177,3 +177,31 @@ def test_the_stack_of_an_implicit_chain_and_of_a_suppressed_one_reads_as_pythons
         assert stack_text(caught) == standard(caught)
         assert ("During handling" in stack_text(caught)) is not suppress
     assert stack_text(ValueError("never raised")) == "ValueError: never raised\n"
+
+
+class _BadStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+class _Odd(Exception):
+    pass
+
+
+_Odd.__module__ = None  # type: ignore[assignment] - a class whose module is not a string
+
+
+def test_the_error_line_reads_as_pythons_for_every_kind_of_error() -> None:
+    import traceback
+
+    from antidote_consumer.worker.attempts import _exception_line
+
+    noted = ValueError("with a note")
+    noted.add_note("first line\nsecond line")
+    errors = [ValueError("plain"), ValueError(), KeyError("k"), KeyError(), _BadStr("x"), _Odd("odd"),
+              OSError(2, "No such file"), UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"),
+              SyntaxError("bad syntax", ("f.py", 3, 5, "x = = 1\n", 3, 6)), noted,
+              ExceptionGroup("two", [ValueError("a"), KeyError("b")]), SystemExit(3),
+              ValueError("multi\nline")]
+    for err in errors:
+        assert _exception_line(err) == "".join(traceback.format_exception_only(type(err), err)), err
