@@ -15,7 +15,9 @@ Spark's JIT compilers spent less than --warmup-jit of a core during a pass: the 
 share one JVM, which otherwise keeps compiling through the first rounds. Each run also
 prints the machine's CPU time per source message in its window (all processes: Spark, its
 Python workers, the driver, the broker) and how busy the cores were: a slower pipeline
-either costs more CPU per message or leaves cores idle.
+either costs more CPU per message or leaves cores idle. A probe process times a fixed
+piece of Python work in CPU time every second (CoreProbe), printed with each run: this
+machine's cores do not run at one speed, and a run on slow cores is not a slow pipeline.
 
 (a)   plain Spark: Kafka source -> mapInArrow(handler) -> Kafka sink, no poison handling;
 (b)   Antidote at 0%, 0.1% and 1% poison;
@@ -35,6 +37,7 @@ import argparse
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -74,6 +77,7 @@ class Run:
     cpu_by: dict | None = None  # the same by kind of process (MachineCpu.KINDS)
     busy: float = 0.0  # the machine's cores busy in the window, as a share of all of them
     jit: float = 0.0  # Spark's JIT compilers during the run, as a share of one core
+    probe: float | None = None  # CoreProbe: the cores' speed in the window (us of CPU per unit)
 
     @property
     def seconds(self) -> float:  # the window's length
@@ -91,7 +95,7 @@ class MachineCpu:
     A pipeline that moves fewer msg/s either spends more CPU per message or leaves cores
     idle (waits: serial driver work, the broker); this says which, and where."""
 
-    KINDS = ("spark jvm", "py workers", "driver", "subprocs", "broker", "other")
+    KINDS = ("spark jvm", "py workers", "driver", "subprocs", "broker", "probe", "other")
 
     def __init__(self, period: float = 0.5):
         self.samples: list[tuple[float, int, dict[str, int]]] = []
@@ -121,6 +125,8 @@ class MachineCpu:
             return "subprocs"  # the consumer's local worker; the loop's processes
         if "kafka.Kafka" in cmdline:
             return "broker"
+        if PROBE_MARK in cmdline:
+            return "probe"  # CoreProbe: measuring, not part of any pipeline
         return "other"
 
     def _by_kind(self) -> dict[str, int]:
@@ -169,6 +175,53 @@ class MachineCpu:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+# The probe's fixed work: JSON round trips of a small document, as the handler does.
+PROBE_CODE = """
+import json, sys, time
+doc = {"id": 1, "qty": 3, "price": 9.99, "name": "x" * 40}
+while True:
+    t = time.thread_time()
+    for _ in range(2000):
+        d = json.loads(json.dumps(doc))
+    print(f"{time.time():.3f} {(time.thread_time() - t) / 2000 * 1e6:.3f}", flush=True)
+    time.sleep(1)
+"""
+PROBE_MARK = "--antidote-core-probe"
+
+
+class CoreProbe:
+    """How fast the cores are right now: a separate process (nice 19) times a fixed piece of
+    Python work in CPU time (a JSON round trip of a small document), every second. CPU time
+    is not wall time: waiting for a core does not count, but a host that runs other VMs on
+    the same cores (shared caches, memory bandwidth; this machine is one of them) makes the
+    same work take more of it, and Spark's Python workers with it. Printed with each run, so
+    a slow run can be told from a slow machine. It takes ~1% of a core (its own process kind)."""
+
+    def __init__(self, launch: bool = True):
+        self.samples: list[tuple[float, float]] = []  # (epoch, us of CPU per round trip)
+        self._proc = None
+        if launch:
+            self._proc = subprocess.Popen([sys.executable, "-c", PROBE_CODE, PROBE_MARK],
+                                          stdout=subprocess.PIPE, text=True,
+                                          preexec_fn=lambda: os.nice(19))
+            threading.Thread(target=self._read, name="core-probe", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            t, us = line.split()
+            self.samples.append((float(t), float(us)))
+
+    def between(self, start: float, end: float) -> float | None:
+        """The median of the samples taken in [start, end]; None without any."""
+        inside = [us for t, us in self.samples if start <= t <= end]
+        return statistics.median(inside) if inside else None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
 
 
 def jit_ms(spark) -> int:
@@ -314,6 +367,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="antidote-steady-"))
     spark = None
     cpu = MachineCpu()
+    probe = CoreProbe()
     runs: dict[str, list[Run]] = {k: [] for k in chosen}
     loads: list[str] = []
     try:
@@ -380,16 +434,19 @@ def main() -> int:
                 busy, by_kind = cpu.between(run.start, run.end)
                 run.cpu_us, run.busy = busy / run.msgs * 1e6, busy / run.seconds / CORES
                 run.cpu_by = {kind: v / run.msgs * 1e6 for kind, v in by_kind.items()}
+                run.probe = probe.between(run.start, run.end)
                 runs[k].append(run)
                 drain = f", last cycle drained {run.drain:.1f}s after" if run.drain is not None else ""
                 retried = f", {run.retried_in_window} retries in the window" if k.startswith("b") and bad else ""
                 log(f"round {r + 1}: {PIPELINES[k]}: {run.rate:,.0f} msg/s over {run.seconds:.1f}s "
                     f"({run.msgs:,} msgs){retried}{drain}; machine CPU {run.cpu_us:.2f} us/msg ("
                     + ", ".join(f"{kind} {v:.2f}" for kind, v in run.cpu_by.items() if v >= 0.005)
-                    + f"), {run.busy:.0%} busy; Spark's JIT {run.jit:.0%} of a core")
+                    + f"), {run.busy:.0%} busy; Spark's JIT {run.jit:.0%} of a core; core probe "
+                    + (f"{run.probe:.2f} us" if run.probe is not None else "-"))
         loads.append(Path("/proc/loadavg").read_text().split()[0])
     finally:
         cpu.close()
+        probe.close()
         if spark is not None:
             spark.stop()
         bench_stack.down(own_dir)
@@ -404,7 +461,7 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
           f"window after {args.warmup_batches} batches; {args.rounds} rounds; "
           f"1-min load at each round's start and at the end: {' '.join(loads)}\n")
     print(f"{'pipeline':<36}{'median msg/s':>13}{'per core':>10}{'window s':>10}{'drain s':>9}"
-          f"{'CPU us/msg':>11}{'busy':>6}   every round (msg/s)")
+          f"{'CPU us/msg':>11}{'busy':>6}   every round (msg/s; core probe, us)")
     med = {}
     for k, rs in runs.items():
         med[k] = statistics.median(r.rate for r in rs)
@@ -415,7 +472,8 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
         print(f"{PIPELINES[k]:<36}{med[k]:>13,.0f}{med[k] / CORES:>10,.0f}"
               f"{statistics.median(r.seconds for r in rs):>10.1f}{drain}"
               f"{statistics.median(r.cpu_us for r in rs):>11.2f}{statistics.median(r.busy for r in rs):>6.0%}   "
-              + " ".join(f"{r.rate:,.0f}" for r in rs) + short)
+              + " ".join(f"{r.rate:,.0f}" for r in rs) + "; "
+              + " ".join(f"{r.probe:.2f}" if r.probe is not None else "-" for r in rs) + short)
     print(f"\nmachine CPU per source message in the window, by process (us, medians of the rounds):\n"
           f"{'pipeline':<36}" + "".join(f"{k:>12}" for k in MachineCpu.KINDS))
     for k, rs in runs.items():

@@ -3,6 +3,7 @@ window's CPU read between samples, whole and by kind of process. Pure arithmetic
 synthetic samples; the sampler itself reads /proc."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,7 @@ def test_a_window_past_the_samples_stops_at_the_last(cpu):
     ("python -c from multiprocessing.spawn import spawn_main; spawn_main()", "subprocs"),
     ("java -Xmx512m -cp kafka/* kafka.Kafka server.properties", "broker"),
     ("kube-apiserver --etcd-servers=x", "other"),
+    ("python -c import json --antidote-core-probe", "probe"),
 ])
 def test_processes_are_told_apart_by_their_command_line(cmdline, kind):
     assert MachineCpu.kind_of(1, cmdline) == kind
@@ -57,3 +59,33 @@ def test_processes_are_told_apart_by_their_command_line(cmdline, kind):
 
 def test_this_process_is_the_driver():
     assert MachineCpu.kind_of(os.getpid(), "python benchmarks/steady_state.py") == "driver"
+
+
+def test_the_core_probe_gives_the_median_of_its_samples_in_the_window():
+    from benchmarks.steady_state import CoreProbe
+
+    probe = CoreProbe(launch=False)
+    probe.samples = [(0.5, 9.0), (1.0, 5.0), (2.0, 7.0), (3.0, 6.0), (4.5, 20.0)]
+    assert probe.between(1.0, 3.0) == 6.0
+    assert probe.between(10.0, 20.0) is None  # no sample inside: nothing said
+
+
+def test_the_core_probe_measures_real_work():
+    """The probe's own process, started for real: samples arrive, in microseconds of CPU per
+    JSON round trip (a few on any machine; never zero, never a second)."""
+    import time
+
+    from benchmarks.steady_state import CoreProbe
+
+    probe = CoreProbe()
+    try:
+        deadline = time.monotonic() + 30
+        while not probe.samples and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert probe.samples, "the probe gave no sample in 30 s"
+        t, us = probe.samples[0]
+        assert abs(t - time.time()) < 60 and 0.1 < us < 1000
+        assert MachineCpu.kind_of(probe._proc.pid, " ".join(
+            Path(f"/proc/{probe._proc.pid}/cmdline").read_bytes().decode().split("\0"))) == "probe"
+    finally:
+        probe.close()
