@@ -17,7 +17,7 @@ prints the machine's CPU time per source message in its window (all processes: S
 Python workers, the driver, the broker) and how busy the cores were: a slower pipeline
 either costs more CPU per message or leaves cores idle. A probe process times a fixed
 piece of Python work in CPU time every second (CoreProbe), printed with each run: this
-machine's cores do not run at one speed, and a run on slow cores is not a slow pipeline.
+machine's cores do not run at one speed, and a run's cores can be seen beside its figures.
 
 (a)   plain Spark: Kafka source -> mapInArrow(handler) -> Kafka sink, no poison handling;
 (b)   Antidote at 0%, 0.1% and 1% poison;
@@ -179,7 +179,7 @@ class MachineCpu:
 
 # The probe's fixed work: JSON round trips of a small document, as the handler does.
 PROBE_CODE = """
-import json, sys, time
+import json, time
 doc = {"id": 1, "qty": 3, "price": 9.99, "name": "x" * 40}
 while True:
     t = time.thread_time()
@@ -196,8 +196,9 @@ class CoreProbe:
     Python work in CPU time (a JSON round trip of a small document), every second. CPU time
     is not wall time: waiting for a core does not count, but a host that runs other VMs on
     the same cores (shared caches, memory bandwidth; this machine is one of them) makes the
-    same work take more of it, and Spark's Python workers with it. Printed with each run, so
-    a slow run can be told from a slow machine. It takes ~1% of a core (its own process kind)."""
+    same work take more of it. Printed with each run beside its figures (over twelve runs it
+    did not explain the Python workers' run-to-run variance: docs/performance.md). It takes
+    ~1% of a core (its own process kind)."""
 
     def __init__(self, launch: bool = True):
         self.samples: list[tuple[float, float]] = []  # (epoch, us of CPU per round trip)
