@@ -117,11 +117,8 @@ def _build(args: argparse.Namespace) -> int:
     try:
         if args.images and not args.node:
             raise StackError("build images", "--images needs --node (its Debian packages and base image)")
-        build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node)
-        if args.images:
-            from antidote_devstack import project_images  # noqa: PLC0415 - root, buildah
-
-            project_images.build_all()
+        build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
+                        project=args.images)
     except StackError as err:
         return _fail(err)
     return 0

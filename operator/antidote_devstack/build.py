@@ -7,10 +7,14 @@ one builds nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,20 +195,55 @@ def ensure_node_packages() -> None:
                     HACK, env, log, "node packages")
 
 
-def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False) -> dict[str, Path]:
+def _node_packages() -> dict[str, Path]:
+    ensure_node_packages()
+    return {}
+
+
+def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
+              project: bool = False) -> dict[str, Path]:
     """Everything `dev up` and the tests need; returns name -> path. `node` adds the node's
-    binaries, its Debian packages and its images."""
-    paths: dict[str, Path] = {}
+    binaries, its Debian packages and its images; `project` the project's images (root).
+
+    Two lanes run at once: the Go builds, which keep both cores busy compiling, and the
+    fetches and image builds (Maven, apt, mmdebstrap, pip in buildah), which mostly wait on
+    the network and the disk. Cold, each lane takes about as long as the other, so the
+    build takes about as long as the longer one instead of their sum. A lane stops before
+    its next artefact once the other has failed, and the failure is raised."""
     if node:
-        ensure_node_packages()
         binaries = tuple(dict.fromkeys(binaries + NODE_BINARIES))
-    for name in binaries:
-        paths[name] = build_go(name)
-    for name in JAR_SETS:
-        paths[f"{name}-jars"] = build_jars(name)
+    failed = threading.Event()
+
+    def lane(work: list[tuple[str, Callable[[], Path | dict[str, Path]]]]) -> dict[str, Path]:
+        done: dict[str, Path] = {}
+        for name, make in work:
+            if failed.is_set():
+                break
+            try:
+                made = make()
+            except BaseException:
+                failed.set()
+                raise
+            done.update(made if isinstance(made, dict) else {name: made})
+        return done
+
+    go = [(name, functools.partial(build_go, name)) for name in binaries]
+    fetch: list[tuple[str, Callable[[], Path | dict[str, Path]]]] = [
+        (f"{name}-jars", functools.partial(build_jars, name)) for name in JAR_SETS]
     if node:
         from . import images  # noqa: PLC0415 - only the node needs it
 
-        paths.update(images.build_all())
+        fetch += [("node packages", _node_packages), ("node images", images.build_all)]
+    if project:
+        from . import project_images  # noqa: PLC0415 - root, buildah
+
+        fetch.append(("project images", project_images.build_all))
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="build") as pool:
+        lanes = [pool.submit(lane, go), pool.submit(lane, fetch)]
+        wait(lanes)
+    errors = [f.exception() for f in lanes if f.exception() is not None]
+    if errors:
+        raise errors[0]
+    paths = {**lanes[0].result(), **lanes[1].result()}
     say("build: all artefacts ready in " + str(cache_dir()))
     return paths

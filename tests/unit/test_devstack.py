@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -184,3 +185,53 @@ def test_dev_dir_defaults_to_none() -> None:
     from antidote_cli.main import build_parser
 
     assert _dir(build_parser().parse_args(["dev", "status"])) is None
+
+
+def _fake_builds(monkeypatch: pytest.MonkeyPatch, go, jars) -> None:
+    monkeypatch.setattr(build, "build_go", go)
+    monkeypatch.setattr(build, "build_jars", jars)
+    monkeypatch.setattr(build, "say", lambda _m: None)
+
+
+def test_build_runs_the_go_lane_and_the_fetch_lane_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each lane's first artefact waits for the other's: one after the other, the barrier
+    # times out and raises BrokenBarrierError.
+    meet = threading.Barrier(2, timeout=10)
+
+    def go(name: str) -> Path:
+        if name == build.DEFAULT_BINARIES[0]:
+            meet.wait()
+        return Path("/bin") / name
+
+    def jars(name: str) -> Path:
+        if name == next(iter(build.JAR_SETS)):
+            meet.wait()
+        return Path("/jars") / name
+
+    _fake_builds(monkeypatch, go, jars)
+    paths = build.build_all()
+    assert paths == {**{n: Path("/bin") / n for n in build.DEFAULT_BINARIES},
+                     **{f"{n}-jars": Path("/jars") / n for n in build.JAR_SETS}}
+
+
+def test_a_failed_lane_stops_the_other_before_its_next_artefact(monkeypatch: pytest.MonkeyPatch) -> None:
+    jars_failed = threading.Event()
+    built: list[str] = []
+
+    def go(name: str) -> Path:
+        # The first Go build outlasts the failing fetch; none after it starts.
+        if name == build.DEFAULT_BINARIES[0]:
+            assert jars_failed.wait(10)
+        built.append(name)
+        return Path("/bin") / name
+
+    def jars(name: str) -> Path:
+        try:
+            raise StackError(f"fetch {name} jars", "exit 1 (is the package registry reachable?)")
+        finally:
+            jars_failed.set()
+
+    _fake_builds(monkeypatch, go, jars)
+    with pytest.raises(StackError, match="fetch kafka jars"):
+        build.build_all()
+    assert built == [build.DEFAULT_BINARIES[0]]
