@@ -21,17 +21,24 @@ from kubernetes import client, config
 from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
+from . import jvm_archive
+
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[devstack.Stack]:
     reuse = os.environ.get("ANTIDOTE_STACK_DIR")
     if reuse and (running := devstack.running(Path(reuse))):
+        jvm_archive.enable(running, REPO)
         yield running
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     state_dir = cache_dir() / ("test-stack" + (f"-{worker}" if worker else ""))
     s = devstack.up(state_dir)
     try:
+        # Before any Spark of the session starts: its JVMs take the options (jvm_archive.py).
+        jvm_archive.enable(s, REPO)
         yield s
     finally:
         devstack.down(state_dir)
