@@ -18,7 +18,7 @@ They go in SPARK_SUBMIT_OPTS, which spark-submit adds to the driver's JVM (in lo
 the executors too), so every Spark the tests start takes them: the in-process session,
 `antidote consumer` and what the dev runner starts. `-Xlog:cds*=off`: a JVM that cannot
 use the archive says so on stdout, where tests read the programs' output; it then runs
-without it, as before. Measured in docs/development.md ("The test suite's time").
+without it, as before. Measured in docs/testing.md.
 """
 
 from __future__ import annotations
