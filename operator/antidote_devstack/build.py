@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -240,10 +240,8 @@ def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
         fetch.append(("project images", project_images.build_all))
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="build") as pool:
         lanes = [pool.submit(lane, go), pool.submit(lane, fetch)]
-        wait(lanes)
-    errors = [f.exception() for f in lanes if f.exception() is not None]
-    if errors:
-        raise errors[0]
-    paths = {**lanes[0].result(), **lanes[1].result()}
+    paths = {}
+    for done in lanes:  # the Go lane's failure first, if both failed
+        paths.update(done.result())
     say("build: all artefacts ready in " + str(cache_dir()))
     return paths

@@ -23,14 +23,12 @@ from antidote_devstack.paths import cache_dir
 
 from . import jvm_archive
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[devstack.Stack]:
     reuse = os.environ.get("ANTIDOTE_STACK_DIR")
     if reuse and (running := devstack.running(Path(reuse))):
-        jvm_archive.enable(running, REPO)
+        jvm_archive.enable(running)
         yield running
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER")
@@ -38,7 +36,7 @@ def stack() -> Iterator[devstack.Stack]:
     s = devstack.up(state_dir)
     try:
         # Before any Spark of the session starts: its JVMs take the options (jvm_archive.py).
-        jvm_archive.enable(s, REPO)
+        jvm_archive.enable(s)
         yield s
     finally:
         devstack.down(state_dir)

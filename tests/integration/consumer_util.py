@@ -1,7 +1,10 @@
-"""Building effective settings and running a consumer in-process for tests."""
+"""Building effective settings and running a consumer in-process, or as a process, for tests."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +15,8 @@ from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
 
 from .kafka_io import read_all
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float = 300, recovered=None):
@@ -116,3 +121,14 @@ def write_manifests(folder: Path, *, name: str, namespace: str, bootstrap: str, 
     (folder / "qc.yaml").write_text(yaml.safe_dump(qc))
     (folder / "pp.yaml").write_text(yaml.safe_dump(pp))
     return ["--consumer", str(folder / "qc.yaml"), "--policy", str(folder / "pp.yaml")]
+
+
+def start(stack, calls_dir: Path, log: Path, args: list[str], **env: str) -> subprocess.Popen:
+    """`antidote consumer` as a process on `stack`, its output appended to `log`."""
+    environ = {**os.environ, **stack.env(), "PYTHONPATH": str(REPO),
+               "ANTIDOTE_TEST_CALLS_DIR": str(calls_dir), "SPARK_LOCAL_IP": "127.0.0.1", **env}
+    out = open(log, "ab")
+    # A session of its own, so SIGKILL reaches the Spark JVM as well as the Python driver.
+    return subprocess.Popen([sys.executable, "-m", "antidote_cli.main", "consumer",
+                             "--trigger-interval", "0.3", *args], cwd=REPO, env=environ,
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

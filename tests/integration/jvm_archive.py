@@ -27,7 +27,6 @@ import fcntl
 import hashlib
 import os
 import subprocess
-import sys
 import time
 import uuid
 import warnings
@@ -51,7 +50,7 @@ def _key() -> str:
     return h.hexdigest()[:16]
 
 
-def enable(stack, repo: Path) -> None:
+def enable(stack) -> None:
     """Set SPARK_SUBMIT_OPTS for this session's Spark JVMs, making the archive first when
     this machine has none for this install. Left alone when the caller set it."""
     if OPTS_ENV in os.environ:
@@ -62,7 +61,7 @@ def enable(stack, repo: Path) -> None:
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits for the one making it
         if not archive.exists():
-            _make(stack, repo, archive)
+            _make(stack, archive)
     opts = [*COMMON, f"-XX:SharedArchiveFile={archive}"] if archive.exists() else list(COMMON)
     os.environ[OPTS_ENV] = " ".join(opts)
 
@@ -71,13 +70,13 @@ def _session_alive(sid: int) -> bool:
     return subprocess.run(["pgrep", "-s", str(sid)], capture_output=True).returncode == 0
 
 
-def _make(stack, repo: Path, archive: Path) -> None:
+def _make(stack, archive: Path) -> None:
     """One consumer run (ten messages, one of them failing, retried once and quarantined)
     with -XX:ArchiveClassesAtExit: the classes a consumer's driver loads, written when its
     JVM exits."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from .consumer_util import write_manifests
+    from .consumer_util import start, write_manifests
     from .kafka_io import produce
 
     work = archive.parent / f"make-{uuid.uuid4().hex[:8]}"
@@ -92,16 +91,11 @@ def _make(stack, repo: Path, archive: Path) -> None:
                            source=source, handler="tests.integration.handlers:upper",
                            policy={"retries": {"immediate": 1, "cycles": 0}}, sink=f"{source}-out")
     partial = work / "spark.jsa"
-    env = {**os.environ, **stack.env(), "PYTHONPATH": str(repo), "SPARK_LOCAL_IP": "127.0.0.1",
-           "ANTIDOTE_TEST_CALLS_DIR": str(work),
-           OPTS_ENV: " ".join([*COMMON, f"-XX:ArchiveClassesAtExit={partial}"])}
     log = work / "consumer.log"
     try:
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "antidote_cli.main", "consumer",
-                                     "--trigger-interval", "0.3", "--until-idle", *args], cwd=repo,
-                                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            code = proc.wait(600)
+        proc = start(stack, work, log, [*args, "--until-idle"],
+                     **{OPTS_ENV: " ".join([*COMMON, f"-XX:ArchiveClassesAtExit={partial}"])})
+        code = proc.wait(600)
         # The JVM writes the archive as it exits, after the Python driver it belongs to.
         deadline = time.monotonic() + 120
         while _session_alive(proc.pid) and time.monotonic() < deadline:

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -18,26 +17,14 @@ import yaml
 from antidote_devstack.procs import free_port
 
 from . import consumer_util as cu
+from .consumer_util import start
 from .kafka_io import produce, read_all
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 def manifests(tmp_path: Path, bootstrap: str, source: str, sink: str, handler: str,
               policy: dict, max_batch: int = 1000) -> list[str]:
     return cu.write_manifests(tmp_path, name="proc", namespace="tests", bootstrap=bootstrap, source=source,
                               handler=f"tests.integration.handlers:{handler}", policy=policy, sink=sink,
                               max_batch=max_batch)
-
-
-def start(stack, calls_dir: Path, log: Path, args: list[str], **env: str) -> subprocess.Popen:
-    environ = {**os.environ, **stack.env(), "PYTHONPATH": str(REPO),
-               "ANTIDOTE_TEST_CALLS_DIR": str(calls_dir), "SPARK_LOCAL_IP": "127.0.0.1", **env}
-    out = open(log, "ab")
-    # A session of its own, so SIGKILL reaches the Spark JVM as well as the Python driver.
-    return subprocess.Popen([sys.executable, "-m", "antidote_cli.main", "consumer",
-                             "--trigger-interval", "0.3", *args], cwd=REPO, env=environ,
-                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def wait_until(check, timeout: float, proc: subprocess.Popen, log: Path, what: str) -> None:
