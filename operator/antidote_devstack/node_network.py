@@ -5,20 +5,44 @@ the bridge's address) have stopped. docs/node.md, "Network"."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 import subprocess
 from pathlib import Path
 
 from .controlplane import SERVICE_CIDR
+from .errors import StackError
 from .node_layout import BRIDGE, CHAIN_PREFIXES, GATEWAY, GUARD_CHAIN, POD_CIDR, Paths, run
 
 FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 
 
+def clashing_routes(routes: list[dict]) -> list[str]:
+    """The interfaces (`ip -json route` entries) that already route part of the pods' range:
+    with two bridges on 10.88.0.0/16 the host answers pods on the other one, and every pod's
+    DNS and Kafka time out. Podman's and buildah's default network (`cni-podman0`, or
+    `podman0` with netavark) is that very range."""
+    pods = ipaddress.ip_network(POD_CIDR)
+    found = []
+    for r in routes:
+        dst, dev = r.get("dst", ""), r.get("dev", "")
+        if dev == BRIDGE or dst in ("", "default") or ":" in dst:
+            continue
+        if ipaddress.ip_network(dst, strict=False).overlaps(pods) and dev not in found:
+            found.append(dev)
+    return found
+
+
 def setup(paths: Paths) -> None:
     """The bridge (so the API server and Kafka can bind its gateway before any pod), the
     CNI config, and the guard chain; IP forwarding on, for Service traffic between pods."""
+    routes = json.loads(run(["ip", "-json", "route", "show"], "create bridge").stdout or "[]")
+    clash = clashing_routes(routes)
+    if clash:
+        raise StackError("create bridge", f"{POD_CIDR}, the node's pod range, is already routed via "
+                         f"{', '.join(clash)} (podman's or buildah's default network uses it); "
+                         f"remove it first, e.g. `ip link delete {clash[0]}`")
     if run(["ip", "link", "show", BRIDGE], "create bridge", check=False).returncode != 0:
         run(["ip", "link", "add", BRIDGE, "type", "bridge"], "create bridge")
     run(["ip", "addr", "replace", f"{GATEWAY}/16", "dev", BRIDGE], "create bridge")

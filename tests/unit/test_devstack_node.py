@@ -87,3 +87,17 @@ def test_the_node_refuses_a_user_that_is_not_root(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(node.os, "geteuid", lambda: 1000)
     with pytest.raises(StackError, match=r"^start node: the node needs root .* without --node"):
         stack.up(Path("/nonexistent-stack"), node=True)  # before building or starting anything
+
+
+def test_a_route_into_the_pod_range_on_another_interface_is_named() -> None:
+    from antidote_devstack.node_network import clashing_routes
+
+    # `ip -json route show` on a machine where buildah ran a container on its default network.
+    routes = [{"dst": "default", "gateway": "192.0.2.1", "dev": "eth0"},
+              {"dst": "10.88.0.0/16", "dev": "cni-podman0", "prefsrc": "10.88.0.1"},
+              {"dst": "10.88.0.0/16", "dev": "antidote0", "prefsrc": "10.88.0.1"},
+              {"dst": "10.89.0.0/24", "dev": "podman1"},
+              {"dst": "10.88.4.0/24", "dev": "docker7"},
+              {"dst": "192.0.2.0/24", "dev": "eth0"}]
+    assert clashing_routes(routes) == ["cni-podman0", "docker7"]
+    assert clashing_routes([r for r in routes if r["dev"] in ("eth0", "antidote0", "podman1")]) == []
