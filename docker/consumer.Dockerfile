@@ -27,12 +27,13 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini procps \
  && rm -rf /var/lib/apt/lists/* \
  && ln -sfn "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/java-17-openjdk
-# The dependencies' names come from pyproject.toml, their exact versions from constraints.txt
-# (the versions tested; pyspark 4.2.0 is pinned in pyproject.toml too); setuptools and wheel
-# build Antidote in the last stage.
+# The dependencies' names come from pyproject.toml (its dependencies and the `consumer`
+# extra: Spark and Arrow), their exact versions from constraints.txt (the versions tested;
+# pyspark 4.2.0 is pinned in pyproject.toml too); setuptools and wheel build Antidote in the
+# last stage.
 WORKDIR /deps
 COPY pyproject.toml constraints.txt ./
-RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > deps.txt \
+RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['consumer'], sep='\n')" > deps.txt \
  && pip install -c constraints.txt setuptools wheel -r deps.txt \
  && rm -rf /deps
 # The jars go where Spark puts its own: on the classpath of driver and executors alike.

@@ -37,11 +37,15 @@ def _key(name: str) -> str:
 def closure(name: str, extras: tuple[str, ...]) -> dict[str, str]:
     """{distribution: version} of `name[extras]` and everything it requires, transitively."""
     found: dict[str, str] = {}
+    # A distribution is visited once per set of extras: antidote[dev] requires
+    # antidote[consumer], whose requirements the first visit did not take.
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     todo = [(name, extras)]
     while todo:
         dist_name, wanted = todo.pop()
-        if _key(dist_name) in found:
+        if (_key(dist_name), tuple(sorted(wanted))) in seen:
             continue
+        seen.add((_key(dist_name), tuple(sorted(wanted))))
         dist = md.distribution(dist_name)
         found[_key(dist_name)] = dist.version
         for text in dist.requires or []:

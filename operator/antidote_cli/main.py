@@ -26,9 +26,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The `consumer` extra (pyproject.toml): what only `antidote consumer`, `reader` and the
+# demo's dev runner import. The operator's image and a CLI-only install leave it out.
+CONSUMER_EXTRA = frozenset({"pyspark", "py4j", "pyarrow", "pandas", "numpy"})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args) or 0
+    try:
+        return args.run(args) or 0
+    except ModuleNotFoundError as err:
+        if (err.name or "").partition(".")[0] not in CONSUMER_EXTRA:
+            raise
+        print(f"antidote {args.command}: needs {err.name.partition('.')[0]}, from the 'consumer' extra: "
+              "pip install 'antidote[consumer]' (the consumer image has it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

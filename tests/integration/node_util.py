@@ -65,7 +65,7 @@ def restricted_namespace(core: client.CoreV1Api, prefix: str) -> str:
 
 def handlers_image() -> tuple[str, Path]:
     """(name, OCI archive) of the test handlers' image, built on the consumer image."""
-    consumer, _ = project_images.consumer_image()
+    consumer, _ = project_images.consumer_image(archive=False)
     return project_images.build_image(
         HANDLERS_IMAGE, HERE / "handlers_image/Containerfile", "test-handlers",
         {"CONSUMER_IMAGE": consumer}, [project_images.image_key(consumer) or ""], context=HERE)
