@@ -32,7 +32,7 @@ from antidote_api.autoscale import NO_LAG_YET
 
 from . import consumer_util as cu
 from .kafka_io import produce, read_all
-from .node_cluster import EXECUTORS, MASTER, RELEASE, ROOT, Cluster, _run, started
+from .node_cluster import C1_ONLY, EXECUTORS, MASTER, RELEASE, ROOT, Cluster, _run, started
 from .node_util import RESTRICTED, phase, pod, restricted_container, restricted_namespace, wait
 
 pytestmark = [
@@ -68,7 +68,8 @@ def test_consumer_image_runs_a_consumer_as_a_restricted_pod(cluster: Cluster) ->
                    "source": {"kafka": {"bootstrapServers": c.bootstrap, "topic": source}},
                    "handler": "antidote_test_handlers:upper",
                    "sink": {"kafka": {"topic": sink}},
-                   "checkpoint": {"location": "/tmp/checkpoint"}}}
+                   "checkpoint": {"location": "/tmp/checkpoint"},
+                   "spark": {"conf": {"spark.driver.extraJavaOptions": C1_ONLY}}}}
     pp = {"apiVersion": "antidote.dev/v1alpha1", "kind": "PoisonPolicy",
           "metadata": {"name": "pp", "namespace": ns},
           "spec": {"retries": {"immediate": 0, "cycles": 0}}}
