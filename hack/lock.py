@@ -43,9 +43,10 @@ def closure(name: str, extras: tuple[str, ...]) -> dict[str, str]:
     todo = [(name, extras)]
     while todo:
         dist_name, wanted = todo.pop()
-        if (_key(dist_name), tuple(sorted(wanted))) in seen:
+        visit = (_key(dist_name), tuple(sorted(wanted)))
+        if visit in seen:
             continue
-        seen.add((_key(dist_name), tuple(sorted(wanted))))
+        seen.add(visit)
         dist = md.distribution(dist_name)
         found[_key(dist_name)] = dist.version
         for text in dist.requires or []:

@@ -36,9 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args) or 0
     except ModuleNotFoundError as err:
-        if (err.name or "").partition(".")[0] not in CONSUMER_EXTRA:
+        package = (err.name or "").partition(".")[0]
+        if package not in CONSUMER_EXTRA:
             raise
-        print(f"antidote {args.command}: needs {err.name.partition('.')[0]}, from the 'consumer' extra: "
+        print(f"antidote {args.command}: needs {package}, from the 'consumer' extra: "
               "pip install 'antidote[consumer]' (the consumer image has it)", file=sys.stderr)
         return 1
 

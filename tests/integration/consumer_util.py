@@ -127,8 +127,9 @@ def start(stack, calls_dir: Path, log: Path, args: list[str], **env: str) -> sub
     """`antidote consumer` as a process on `stack`, its output appended to `log`."""
     environ = {**os.environ, **stack.env(), "PYTHONPATH": str(REPO),
                "ANTIDOTE_TEST_CALLS_DIR": str(calls_dir), "SPARK_LOCAL_IP": "127.0.0.1", **env}
-    out = open(log, "ab")
-    # A session of its own, so SIGKILL reaches the Spark JVM as well as the Python driver.
-    return subprocess.Popen([sys.executable, "-m", "antidote_cli.main", "consumer",
-                             "--trigger-interval", "0.3", *args], cwd=REPO, env=environ,
-                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    # A session of its own, so SIGKILL reaches the Spark JVM as well as the Python driver. The
+    # child keeps its own copy of the log's descriptor; this process's closes here.
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "antidote_cli.main", "consumer",
+                                 "--trigger-interval", "0.3", *args], cwd=REPO, env=environ,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

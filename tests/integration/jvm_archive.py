@@ -35,7 +35,8 @@ from pathlib import Path
 from antidote_devstack.paths import cache_dir
 
 OPTS_ENV = "SPARK_SUBMIT_OPTS"
-COMMON = ("-XX:TieredStopAtLevel=1", "-Xlog:cds*=off")
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # the node tests' drivers and executors take it too
+COMMON = (C1_ONLY, "-Xlog:cds*=off")
 KEEP = 3  # archives kept (one per venv whose jars differ: a clone, a CI run), ~170 MB each
 
 

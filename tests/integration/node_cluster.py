@@ -19,6 +19,7 @@ from antidote_devstack import node, project_images
 from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
+from .jvm_archive import C1_ONLY
 from .node_util import handlers_image, restricted_namespace, wait
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,11 +29,9 @@ RELEASE = "antidote"
 MASTER = "k8s://https://kubernetes.default.svc"
 EXECUTORS = 2
 # Each executor asks for a tenth of a CPU (Spark's default is spark.executor.cores, a whole
-# one): the node has two, the driver takes one and the operator a tenth.
-# C1 only, as the tests' JVMs on the host run (jvm_archive.py; docs/testing.md): a test's
-# stream is never long enough for C2's compile time to pay back. Spark passes the driver's
-# options to its JVM's launch, the executors' to their pods (SPARK_JAVA_OPT_<n>).
-C1_ONLY = "-XX:TieredStopAtLevel=1"
+# one): the node has two, the driver takes one and the operator a tenth. The JVMs run C1
+# only, as the tests' JVMs on the host do (jvm_archive.py; docs/testing.md); Spark passes
+# the driver's options to its JVM's launch, the executors' to their pods (SPARK_JAVA_OPT_<n>).
 SPARK = {"driver": {"memory": "512m"},
          "executor": {"instances": EXECUTORS, "memory": "512m"},
          "conf": {"spark.kubernetes.executor.request.cores": "100m",

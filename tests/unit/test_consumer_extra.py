@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tomllib
 
+from packaging.requirements import Requirement
+
 from antidote_cli.main import CONSUMER_EXTRA
 
 from ..api_cases import ROOT
@@ -23,7 +25,7 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_extra_names_what_pyproject_puts_in_it() -> None:
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["consumer"]
-    names = {r.split("=")[0].split(">")[0].split("<")[0].strip() for r in extra}
+    names = {Requirement(r).name for r in extra}
     assert names <= CONSUMER_EXTRA, names - CONSUMER_EXTRA
 
 
