@@ -25,6 +25,11 @@ machine's cores do not run at one speed, and a run's cores can be seen beside it
       process per core (benchmarks/kafka_loop.py), at 0% and 1% poison;
 (ceil) the same loop copying values without a handler: librdkafka consume+produce alone.
 
+Not in the default run, for attributing what a poison message costs: "b 1% no cycle" (the
+same 1% topic, policy without the retry cycle: the first pass, then Move) and "b 1% at
+once" (no immediate retries either: one failed call, then Move). Name them in --only
+beside "b 0%" and "b 1%".
+
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
 "too wide to conclude" when the spread exceeds --max-spread. Uses the stack named by
@@ -63,7 +68,14 @@ PIPELINES = {
     "c 0%": f"(c) kafka loop x{CORES}, 0% poison",
     "c 1%": f"(c) kafka loop x{CORES}, 1% poison",
     "ceil": f"librdkafka copy x{CORES} (ceiling)",
+    # Attribution only (see the docstring): against "b 1%" they price the retry cycle's round
+    # trip (retry record written, read back, run in the local worker, settled again) and the
+    # immediate retries.
+    "b 1% no cycle": "(b) Antidote, 1%, no retry cycle",
+    "b 1% at once": "(b) Antidote, 1%, moved at once",
 }
+ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
+               "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
 
 
 @dataclass
@@ -350,8 +362,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-spread", type=float, default=0.20,
                     help="a ratio whose per-round spread ((max-min)/median) exceeds this is not concluded")
-    ap.add_argument("--only", default=",".join(PIPELINES),
-                    help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES).replace("%", "%%"))
+    ap.add_argument("--only", default=",".join(k for k in PIPELINES if k not in ATTRIBUTION),
+                    help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES).replace("%", "%%")
+                    + " (default: all but " + ", ".join(ATTRIBUTION).replace("%", "%%") + ")")
     args = ap.parse_args()
     if args.messages is None:  # the window is what is measured: 5M messages in it, not before it
         args.messages = 5_000_000 + args.warmup_batches * args.batch
@@ -381,7 +394,7 @@ def main() -> int:
         run_id = uuid.uuid4().hex[:6]
         topics = {}
         for label, rate in (("0%", 0.0), ("0.1%", 0.001), ("1%", 0.01)):
-            if not any(k.endswith(" " + label) for k in chosen) and not (
+            if not any(label in k.split(" ") for k in chosen) and not (
                     label == "0%" and {"a", "ceil"} & set(chosen)):
                 continue
             t = make_topic(admin, f"steady-{run_id}-{label.replace('%', 'pct')}", args.partitions)
@@ -418,15 +431,17 @@ def main() -> int:
         for r in range(args.rounds):
             loads.append(Path("/proc/loadavg").read_text().split()[0])
             for k in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:
-                label = "0%" if k in ("a", "ceil") else k.split(" ", 1)[1]
+                label = "0%" if k in ("a", "ceil") else k.split(" ")[1]
                 src, bad, per_partition = topics[label]
                 mark = jit_mark(spark)
                 if k == "a":
                     sink = make_topic(admin, f"{src}-a-{r}", args.partitions)
                     run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches)
                 elif k.startswith("b"):
-                    sink = make_topic(admin, f"{src}-b-{r}", args.partitions)
-                    run = run_antidote(spark, settings(bootstrap, src, sink, args.batch, workdir, POLICY),
+                    named = k.replace(" ", "-").replace("%", "pct")  # one sink per pipeline and round
+                    sink = make_topic(admin, f"{src}-{named}-{r}", args.partitions)
+                    run = run_antidote(spark, settings(bootstrap, src, sink, args.batch, workdir,
+                                                       ATTRIBUTION.get(k, POLICY)),
                                        args.warmup_batches, bad)
                 else:
                     run = run_loop(bootstrap, admin, src, per_partition, args.partitions,
@@ -484,6 +499,8 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
     for name, num, den, goal in (
             ("b(0%)/a", "b 0%", "a", 1.00), ("b(0.1%)/b(0%)", "b 0.1%", "b 0%", 0.95),
             ("b(1%)/b(0%)", "b 1%", "b 0%", 0.85), ("b(0%)/c(0%)", "b 0%", "c 0%", None),
+            ("b(1%, no cycle)/b(0%)", "b 1% no cycle", "b 0%", None),
+            ("b(1%, at once)/b(0%)", "b 1% at once", "b 0%", None),
             ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),
             ("b(0%)/ceiling", "b 0%", "ceil", None)):
         if num not in runs or den not in runs:
@@ -500,7 +517,16 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
         else:
             met = "met" if min(paired) >= goal else "NOT met" if max(paired) < goal else "not settled"
             verdict = f"  spread {sp:.0%}; goal >= {goal:.2f}: {met}"
-        print(f"{name:<15} = {r:.2f}  rounds {' '.join(f'{x:.2f}' for x in paired)}{verdict}")
+        print(f"{name:<21} = {r:.2f}  rounds {' '.join(f'{x:.2f}' for x in paired)}{verdict}")
+        # The same at the cores' speed the probe saw in each window (msg/s x its us per unit):
+        # a diagnostic for comparing code, never the goal's verdict. Runs of one pipeline on
+        # this kind of machine moved +-15% with the probe; but the probe also read slower,
+        # on average, in the runs with more processes (the poison runs'), so it takes some
+        # of a poison run's own cost away with the machine's.
+        if all(x.probe for x in runs[num] + runs[den]):
+            adj = [n.rate * n.probe / (d.rate * d.probe) for n, d in zip(runs[num], runs[den])]
+            print(f"{'':<21}   at the probe's speed {statistics.median(adj):.2f}  rounds "
+                  f"{' '.join(f'{x:.2f}' for x in adj)}  spread {spread(adj):.0%}")
 
 
 if __name__ == "__main__":
