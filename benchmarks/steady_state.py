@@ -18,6 +18,8 @@ Python workers, the driver, the broker) and how busy the cores were: a slower pi
 either costs more CPU per message or leaves cores idle. A probe process times a fixed
 piece of Python work in CPU time every second (CoreProbe), printed with each run: this
 machine's cores do not run at one speed, and a run's cores can be seen beside its figures.
+Each ratio is printed again at the probe's speed (msg/s x the probe's reading): a
+diagnostic for comparing code while the cores drift, never the goal's verdict.
 
 (a)   plain Spark: Kafka source -> mapInArrow(handler) -> Kafka sink, no poison handling;
 (b)   Antidote at 0%, 0.1% and 1% poison;
