@@ -163,6 +163,19 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
                                  subresource="status")
         except kube.Conflict:
             return False
+    # What the operator's own metrics say (antidote_operator_queue_disabled and the condition
+    # counts) is the status as written: set it now, before the Events, so that whoever sees an
+    # Event also sees the gauge of the same transition.
+    if reader.recheck_at is not None and (d.recheck_at is None or reader.recheck_at < d.recheck_at):
+        d.recheck_at = reader.recheck_at
+    st.poison, st.recheck_at = d.poison, d.recheck_at
+    st.conditions = {c["type"]: c["status"] for c in d.status.get("conditions", [])}
+    ex = d.status.get("executors")
+    st.executors = (ex["current"], ex["desired"]) if ex else None
+    st.disabled_reason = d.disabled
+    if d.resumed:
+        # What the stopped driver last reported belongs to the disabled run.
+        st.sample, st.termination = None, None
     # Events only after the status that records their transition is stored: a retry or a
     # restarted operator compares against it and does not post them again.
     ref = object_ref(qc)
@@ -181,16 +194,6 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
             ctx.metrics.pauses.labels("UserRequested").inc()
         elif e.reason == "Resumed" and d.resumed:
             ctx.metrics.resumes.labels("Probing" if isinstance(d.probe, str) else "Resumed").inc()
-    if reader.recheck_at is not None and (d.recheck_at is None or reader.recheck_at < d.recheck_at):
-        d.recheck_at = reader.recheck_at
-    st.poison, st.recheck_at = d.poison, d.recheck_at
-    st.conditions = {c["type"]: c["status"] for c in d.status.get("conditions", [])}
-    ex = d.status.get("executors")
-    st.executors = (ex["current"], ex["desired"]) if ex else None
-    st.disabled_reason = d.disabled
-    if d.resumed:
-        # What the stopped driver last reported belongs to the disabled run.
-        st.sample, st.termination = None, None
 
     annotations: dict[str, str | None] = {}
     if d.consume_resume:
