@@ -522,9 +522,9 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
         print(f"{name:<21} = {r:.2f}  rounds {' '.join(f'{x:.2f}' for x in paired)}{verdict}")
         # The same at the cores' speed the probe saw in each window (msg/s x its us per unit):
         # a diagnostic for comparing code, never the goal's verdict. Runs of one pipeline on
-        # this kind of machine moved +-15% with the probe; but the probe also read slower,
-        # on average, in the runs with more processes (the poison runs'), so it takes some
-        # of a poison run's own cost away with the machine's.
+        # this kind of machine moved +-15% with the probe; but a poison run's extra processes
+        # may slow the probe too, and then this takes some of that run's own cost away with
+        # the machine's (not shown either way so far: docs/performance.md, 2026-11-27).
         if all(x.probe for x in runs[num] + runs[den]):
             adj = [n.rate * n.probe / (d.rate * d.probe) for n, d in zip(runs[num], runs[den])]
             print(f"{'':<21}   at the probe's speed {statistics.median(adj):.2f}  rounds "
