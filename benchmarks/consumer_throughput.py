@@ -50,8 +50,8 @@ def log(text: str) -> None:
     print(f"[bench] {text}", file=sys.stderr, flush=True)
 
 
-def make_topic(admin: AdminClient, name: str, partitions: int) -> str:
-    for fut in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+def make_topic(admin: AdminClient, name: str, partitions: int, config: dict | None = None) -> str:
+    for fut in admin.create_topics([NewTopic(name, partitions, 1, config=config or {})]).values():
         fut.result(60)
     return name
 
@@ -69,10 +69,19 @@ def put(p: Producer, i: int, **record) -> None:
         p.poll(0)
 
 
-def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int) -> int:
+def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int,
+            max_batch_bytes: int | None = None) -> int:
+    """Fill `topic` with `n` JSON orders (a share `poison_rate` of them poison); fails unless
+    every one was delivered. `max_batch_bytes`: the topic's max.message.bytes, when below
+    the producer's batches (the broker refuses a larger batch whole)."""
     rng = random.Random(seed)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
-                  "compression.type": "lz4", "queue.buffering.max.messages": 500000})
+    failed: list[str] = []
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
+            "compression.type": "lz4", "queue.buffering.max.messages": 500000,
+            "delivery.report.only.error": True, "on_delivery": lambda err, _m: failed.append(str(err))}
+    if max_batch_bytes:
+        conf["batch.size"] = max_batch_bytes - 1024  # room for the batch's own framing
+    p = Producer(conf)
     poisoned = 0
     for i in range(n):
         doc = {"id": i, "qty": i % 7 + 1, "price": 9.99}
@@ -81,6 +90,7 @@ def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int) -
             poisoned += 1
         put(p, i, topic=topic, key=str(i).encode(), value=json.dumps(doc).encode())
     assert p.flush(120) == 0
+    assert not failed, f"{len(failed)} of {n} messages to {topic} not delivered: {failed[0]}"
     return poisoned
 
 
