@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import kafka_loop  # noqa: E402
 from benchmarks.consumer_throughput import (POLICY, log, make_topic, produce, settings,  # noqa: E402
                                             start_plain)
+from antidote_consumer.spark import ARROW_BATCH_BYTES  # noqa: E402
 
 CORES = os.cpu_count() or 1
 PIPELINES = {
@@ -75,9 +76,23 @@ PIPELINES = {
     # immediate retries.
     "b 1% no cycle": "(b) Antidote, 1%, no retry cycle",
     "b 1% at once": "(b) Antidote, 1%, moved at once",
+    # What the Arrow batches' memory bound costs: the 0% messages in a topic that allows records
+    # of at most 26,843 bytes, for which the consumer sends 10,000 rows per Arrow batch (plain
+    # Spark's default) instead of the 256 a topic allowing 1 MB records gets.
+    "b 0% 10k rows": "(b) Antidote, 0%, 10k-row Arrow",
 }
 ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
+# Pipelines not in the default run: the attribution ones and the Arrow batches' bound.
+DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows"]
+# The topic of a pipeline whose topic is not its name's share of poison ("small": the 0%
+# messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
+TOPIC_OF = {"a": "0%", "ceil": "0%", "b 0% 10k rows": "0% small"}
+
+
+def topic_of(pipeline: str) -> str:
+    return TOPIC_OF[pipeline] if pipeline in TOPIC_OF else pipeline.split(" ")[1]
+SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000
 
 
 @dataclass
@@ -364,9 +379,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-spread", type=float, default=0.20,
                     help="a ratio whose per-round spread ((max-min)/median) exceeds this is not concluded")
-    ap.add_argument("--only", default=",".join(k for k in PIPELINES if k not in ATTRIBUTION),
+    ap.add_argument("--only", default=",".join(k for k in PIPELINES if k not in DIAGNOSTIC),
                     help="comma-separated pipelines to run, of: " + ", ".join(PIPELINES).replace("%", "%%")
-                    + " (default: all but " + ", ".join(ATTRIBUTION).replace("%", "%%") + ")")
+                    + " (default: all but " + ", ".join(DIAGNOSTIC).replace("%", "%%") + ")")
     args = ap.parse_args()
     if args.messages is None:  # the window is what is measured: 5M messages in it, not before it
         args.messages = 5_000_000 + args.warmup_batches * args.batch
@@ -395,13 +410,18 @@ def main() -> int:
         watermarks = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
         run_id = uuid.uuid4().hex[:6]
         topics = {}
-        for label, rate in (("0%", 0.0), ("0.1%", 0.001), ("1%", 0.01)):
-            if not any(label in k.split(" ") for k in chosen) and not (
-                    label == "0%" and {"a", "ceil"} & set(chosen)):
+        for label, rate in (("0%", 0.0), ("0.1%", 0.001), ("1%", 0.01), ("0% small", 0.0)):
+            if label not in {topic_of(k) for k in chosen}:
                 continue
-            t = make_topic(admin, f"steady-{run_id}-{label.replace('%', 'pct')}", args.partitions)
+            name = f"steady-{run_id}-{label.replace('%', 'pct').replace(' ', '-')}"
+            if label == "0% small":
+                t = make_topic(admin, name, args.partitions,
+                               config={"max.message.bytes": str(SMALL_RECORD_BYTES)})
+            else:
+                t = make_topic(admin, name, args.partitions)
             started = time.perf_counter()
-            bad = produce(bootstrap, t, args.messages, rate, seed=len(label))
+            bad = produce(bootstrap, t, args.messages, rate, seed=len(label),
+                          max_batch_bytes=SMALL_RECORD_BYTES if label == "0% small" else None)
             log(f"produced {args.messages:,} messages to {t} ({bad} poison) in "
                 f"{time.perf_counter() - started:.1f}s")
             topics[label] = (t, bad, partition_counts(watermarks, t, args.partitions))
@@ -433,7 +453,7 @@ def main() -> int:
         for r in range(args.rounds):
             loads.append(Path("/proc/loadavg").read_text().split()[0])
             for k in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:
-                label = "0%" if k in ("a", "ceil") else k.split(" ")[1]
+                label = topic_of(k)
                 src, bad, per_partition = topics[label]
                 mark = jit_mark(spark)
                 if k == "a":
@@ -503,6 +523,8 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
             ("b(1%)/b(0%)", "b 1%", "b 0%", 0.85), ("b(0%)/c(0%)", "b 0%", "c 0%", None),
             ("b(1%, no cycle)/b(0%)", "b 1% no cycle", "b 0%", None),
             ("b(1%, at once)/b(0%)", "b 1% at once", "b 0%", None),
+            ("b(0%, 10k rows)/b(0%)", "b 0% 10k rows", "b 0%", None),
+            ("b(0%, 10k rows)/a", "b 0% 10k rows", "a", None),
             ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),
             ("b(0%)/ceiling", "b 0%", "ceil", None)):
         if num not in runs or den not in runs:
