@@ -30,7 +30,9 @@ diagnostic for comparing code while the cores drift, never the goal's verdict.
 Not in the default run, for attributing what a poison message costs: "b 1% no cycle" (the
 same 1% topic, policy without the retry cycle: the first pass, then Move) and "b 1% at
 once" (no immediate retries either: one failed call, then Move). Name them in --only
-beside "b 0%" and "b 1%".
+beside "b 0%" and "b 1%". Nor, for what the Arrow batches' memory bound costs, "b 0% 10k
+rows": the 0% messages in a topic that allows records of at most 26,843 bytes, for which
+the consumer sends 10,000 rows per Arrow batch instead of 256; name it beside "a" and "b 0%".
 
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
