@@ -31,8 +31,9 @@ Not in the default run, for attributing what a poison message costs: "b 1% no cy
 same 1% topic, policy without the retry cycle: the first pass, then Move) and "b 1% at
 once" (no immediate retries either: one failed call, then Move). Name them in --only
 beside "b 0%" and "b 1%". Nor, for what the Arrow batches' memory bound costs, "b 0% 10k
-rows": the 0% messages in a topic that allows records of at most 26,843 bytes, for which
-the consumer sends 10,000 rows per Arrow batch instead of 256; name it beside "a" and "b 0%".
+rows" and "b 1% 10k rows": the same messages in topics that allow records of at most 26,843
+bytes, for which the consumer sends 10,000 rows per Arrow batch instead of 256; name them
+beside "a", "b 0%" and "b 1%".
 
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
@@ -82,14 +83,15 @@ PIPELINES = {
     # of at most 26,843 bytes, for which the consumer sends 10,000 rows per Arrow batch (plain
     # Spark's default) instead of the 256 a topic allowing 1 MB records gets.
     "b 0% 10k rows": "(b) Antidote, 0%, 10k-row Arrow",
+    "b 1% 10k rows": "(b) Antidote, 1%, 10k-row Arrow",
 }
 ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
 # Pipelines not in the default run: the attribution ones and the Arrow batches' bound.
-DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows"]
-# The topic of a pipeline whose topic is not its name's share of poison ("small": the 0%
+DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows"]
+# The topic of a pipeline whose topic is not its name's share of poison ("small": the same
 # messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
-TOPIC_OF = {"a": "0%", "ceil": "0%", "b 0% 10k rows": "0% small"}
+TOPIC_OF = {"a": "0%", "ceil": "0%", "b 0% 10k rows": "0% small", "b 1% 10k rows": "1% small"}
 
 
 def topic_of(pipeline: str) -> str:
@@ -412,18 +414,21 @@ def main() -> int:
         watermarks = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
         run_id = uuid.uuid4().hex[:6]
         topics = {}
-        for label, rate in (("0%", 0.0), ("0.1%", 0.001), ("1%", 0.01), ("0% small", 0.0)):
+        for label, rate in (("0%", 0.0), ("0.1%", 0.001), ("1%", 0.01), ("0% small", 0.0),
+                            ("1% small", 0.01)):
             if label not in {topic_of(k) for k in chosen}:
                 continue
             name = f"steady-{run_id}-{label.replace('%', 'pct').replace(' ', '-')}"
-            if label == "0% small":
+            small = label.endswith(" small")
+            if small:
                 t = make_topic(admin, name, args.partitions,
                                config={"max.message.bytes": str(SMALL_RECORD_BYTES)})
             else:
                 t = make_topic(admin, name, args.partitions)
             started = time.perf_counter()
-            bad = produce(bootstrap, t, args.messages, rate, seed=len(label),
-                          max_batch_bytes=SMALL_RECORD_BYTES if label == "0% small" else None)
+            # The same messages as the topic of the same share (the seed is of that label).
+            bad = produce(bootstrap, t, args.messages, rate, seed=len(label.split(" ")[0]),
+                          max_batch_bytes=SMALL_RECORD_BYTES if small else None)
             log(f"produced {args.messages:,} messages to {t} ({bad} poison) in "
                 f"{time.perf_counter() - started:.1f}s")
             topics[label] = (t, bad, partition_counts(watermarks, t, args.partitions))
@@ -527,6 +532,7 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
             ("b(1%, at once)/b(0%)", "b 1% at once", "b 0%", None),
             ("b(0%, 10k rows)/b(0%)", "b 0% 10k rows", "b 0%", None),
             ("b(0%, 10k rows)/a", "b 0% 10k rows", "a", None),
+            ("b(1%)/b(0%), 10k rows", "b 1% 10k rows", "b 0% 10k rows", None),
             ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),
             ("b(0%)/ceiling", "b 0%", "ceil", None)):
         if num not in runs or den not in runs:
