@@ -89,6 +89,7 @@ ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
 # Pipelines not in the default run: the attribution ones and the Arrow batches' bound.
 DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows"]
+SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000  # the largest record for 10,000-row batches
 # The topic of a pipeline whose topic is not its name's share of poison ("small": the same
 # messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
 TOPIC_OF = {"a": "0%", "ceil": "0%", "b 0% 10k rows": "0% small", "b 1% 10k rows": "1% small"}
@@ -96,7 +97,6 @@ TOPIC_OF = {"a": "0%", "ceil": "0%", "b 0% 10k rows": "0% small", "b 1% 10k rows
 
 def topic_of(pipeline: str) -> str:
     return TOPIC_OF[pipeline] if pipeline in TOPIC_OF else pipeline.split(" ")[1]
-SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000
 
 
 @dataclass
@@ -420,11 +420,8 @@ def main() -> int:
                 continue
             name = f"steady-{run_id}-{label.replace('%', 'pct').replace(' ', '-')}"
             small = label.endswith(" small")
-            if small:
-                t = make_topic(admin, name, args.partitions,
-                               config={"max.message.bytes": str(SMALL_RECORD_BYTES)})
-            else:
-                t = make_topic(admin, name, args.partitions)
+            t = make_topic(admin, name, args.partitions,
+                           config={"max.message.bytes": str(SMALL_RECORD_BYTES)} if small else None)
             started = time.perf_counter()
             # The same messages as the topic of the same share (the seed is of that label).
             bad = produce(bootstrap, t, args.messages, rate, seed=len(label.split(" ")[0]),
