@@ -49,6 +49,19 @@ def connector_jars() -> str:
 
 
 ARROW_BATCH_BYTES = 256 * 1024 * 1024  # Spark's own default for one Arrow batch
+MAX_ARROW_ROWS = 10_000  # Spark's own default maxRecordsPerBatch
+ARROW_ROWS_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+ARROW_BYTES_CONF = "spark.sql.execution.arrow.maxBytesPerBatch"
+# A learned row bound leaves room for records this many times larger than the largest seen.
+LEARNED_MARGIN = 4
+# What a row costs in an Arrow batch besides its key, value and headers: topic, partition,
+# offset, timestamp, and the offsets and validity of its variable-width columns.
+ROW_OVERHEAD_BYTES = 64
+
+
+def arrow_rows(record_bytes: int) -> int:
+    """Rows per Arrow batch that keep a batch of `record_bytes` records within ARROW_BATCH_BYTES."""
+    return max(1, min(MAX_ARROW_ROWS, ARROW_BATCH_BYTES // max(1, record_bytes)))
 
 
 def arrow_batching(max_message_bytes: int, user_conf: dict[str, str] | None = None) -> dict[str, str]:
@@ -58,9 +71,40 @@ def arrow_batching(max_message_bytes: int, user_conf: dict[str, str] | None = No
     arrow.maxBytesPerBatch is set (the default), and for a list column such as the Kafka
     headers that check is linear in the rows already written: measured at 3x the executor
     CPU of the whole pipeline. So the byte check is off, and the same bound is kept by
-    capping rows per batch at what the largest possible records would fill."""
-    rows = max(1, min(10_000, ARROW_BATCH_BYTES // max(1, max_message_bytes)))
-    wanted = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
-              "spark.sql.execution.arrow.maxRecordsPerBatch": str(rows)}
+    capping rows per batch at what the largest possible records would fill (ArrowRows
+    raises it for source batches once their records are seen to be smaller)."""
+    wanted = {ARROW_BYTES_CONF: str(2**31 - 1),
+              ARROW_ROWS_CONF: str(arrow_rows(max_message_bytes))}
     user_conf = user_conf or {}
     return {k: v for k, v in wanted.items() if k not in user_conf}
+
+
+class ArrowRows:
+    """The rows per Arrow batch of source batches, from the records seen.
+
+    The topic's max.message.bytes bounds every record, so `safe` rows (256 for the broker's
+    default 1 MB) keep any batch within ARROW_BATCH_BYTES; but where records are small that
+    cap cost ~10% of the CPU per message (a fixed cost per Arrow batch on both sides of the
+    Python worker's socket; docs/performance.md). So the executors report the largest record
+    of each task, and once a batch has run the bound is taken from the largest record seen
+    in this run, with LEARNED_MARGIN to spare, never below `safe`. A batch that fails as a
+    whole runs again at `safe` (its rollbacks and bisection): a burst of records larger than
+    any seen before, which a learned bound may let past ARROW_BATCH_BYTES, cannot fail a
+    batch twice for its size. The largest seen never shrinks, and a restart starts at
+    `safe` again. The user's own maxRecordsPerBatch (spec.spark.conf) is left as it is."""
+
+    def __init__(self, max_message_bytes: int, user_conf: dict[str, str] | None = None) -> None:
+        self.user_set = ARROW_ROWS_CONF in (user_conf or {})
+        self.safe = arrow_rows(max_message_bytes)
+        self.largest = 0  # bytes of the largest record seen; 0 until a batch reports one
+
+    def seen(self, largest: int) -> None:
+        self.largest = max(self.largest, largest)
+
+    def rows(self, *, after_failure: bool = False) -> int | None:
+        """The bound for the next run of a source batch; None: the user's, left alone."""
+        if self.user_set:
+            return None
+        if after_failure or not self.largest:
+            return self.safe
+        return max(self.safe, arrow_rows(LEARNED_MARGIN * (self.largest + ROW_OVERHEAD_BYTES)))

@@ -84,6 +84,32 @@ def test_arrow_batching_leaves_what_the_user_set() -> None:
     assert conf == {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
+def test_arrow_rows_start_at_the_topic_bound_and_follow_the_largest_record_seen() -> None:
+    from antidote_consumer.spark import (ARROW_BATCH_BYTES, LEARNED_MARGIN, MAX_ARROW_ROWS,
+                                         ROW_OVERHEAD_BYTES, ArrowRows)
+
+    rows = ArrowRows(1_048_588)
+    assert rows.rows() == rows.safe == 255  # nothing seen yet: what 1 MB records allow
+    rows.seen(200)
+    assert rows.rows() == MAX_ARROW_ROWS  # small records: Spark's own default
+    assert rows.rows(after_failure=True) == 255  # a failed batch runs again at the topic's bound
+    rows.seen(100)
+    assert rows.largest == 200  # the largest seen never shrinks
+    rows.seen(60_000)
+    assert rows.rows() == ARROW_BATCH_BYTES // (LEARNED_MARGIN * (60_000 + ROW_OVERHEAD_BYTES)) == 1117
+    rows.seen(500_000)  # 4x would allow fewer rows than the topic's bound: never below it
+    assert rows.rows() == 255
+    assert ArrowRows(1000).rows() == MAX_ARROW_ROWS
+
+
+def test_arrow_rows_leave_the_users_own_bound_alone() -> None:
+    from antidote_consumer.spark import ArrowRows
+
+    rows = ArrowRows(1_048_588, {"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    rows.seen(10)
+    assert rows.rows() is None and rows.rows(after_failure=True) is None
+
+
 def test_committed_offsets_come_from_the_last_progress_of_the_query() -> None:
     from antidote_consumer.driver.consumer import committed_offsets
 

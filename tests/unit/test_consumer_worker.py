@@ -221,3 +221,18 @@ def test_failures_of_many_input_batches_come_back_in_few_batches_bounded_by_the_
     out = list(process(emitting, iter(inputs)))
     assert sum(r["kind"] in ("ok", "retry") for b in out for r in b.to_pylist()) == 120
     assert all(b.num_rows <= 10 for b in out[:-1])
+
+
+def test_the_summary_reports_the_largest_record_of_the_task_with_its_headers() -> None:
+    values = [b"ok:1", b"ok:" + b"x" * 5000, b"ok:3"]
+    headers = [[{"key": "trace", "value": b"t" * 40}], None,
+               [{"key": "a", "value": b"1"}, {"key": "bb", "value": None}]]
+    summary, _ = run(values, headers=headers)
+    # The second row's value (5,003 bytes) and key (2), and the first row's headers (5 + 40):
+    # the largest of each, added up, never less than the largest record.
+    assert summary["largest"] == 5003 + 2 + 45
+    other = [r for b in process(WorkerConfig(handler=f"{__name__}:handler", source_topic="src",
+                                             immediate=0, cycles=1, non_retryable=frozenset(),
+                                             validation=None, sink_kafka=None, emit_outputs=False),
+                                iter([batch([b"ok:1"]).slice(0, 0)])) for r in b.to_pylist()]
+    assert next(r for r in other if r["kind"] == "summary")["largest"] == 0  # nothing read

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
+from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows
 from antidote_consumer.worker.chosen import systemic_signal
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
@@ -81,6 +82,11 @@ class Runtime(Settler):
         # max.message.bytes of the retry, poison and dead-letter topics (read by the runner):
         # a record written there is fitted to it (see _fitted), and so is a batch of them.
         self.max_bytes: dict[str, int] = dict(max_bytes or {})
+        # Rows per Arrow batch of source batches, from the records seen (set by the Consumer,
+        # which knows the source topic's max.message.bytes); the value last set on the query's
+        # session, so it is set only when it changes.
+        self.arrow: ArrowRows | None = None
+        self.arrow_rows_set: int | None = None
         smallest = min(self.max_bytes.values(), default=None)
         self.ledger = Ledger(settings.source.bootstrap_servers,
                              names.topic, transactional_id=names.transactional_id,
@@ -194,6 +200,7 @@ class Runtime(Settler):
             if r.kind == "summary":
                 result.n_ok += r.n_ok
                 result.n_attempts += r.n_attempts
+                result.largest = max(result.largest, r.largest or 0)
             elif r.kind == "end":
                 where = (r.topic, r.partition)
                 result.ends[where] = max(r.offset, result.ends.get(where, -1))
@@ -284,9 +291,13 @@ class Runtime(Settler):
                 if ran is not None:
                     result, isolated = ran, []
                 else:
-                    result, isolated = self._execute_with_rollbacks(df, local_rows, local_failed)
+                    result, isolated = self._execute_with_rollbacks(
+                        df, local_rows, local_failed, source=batch_id is not None)
                 executed = time.monotonic()
                 self._settle(result, isolated, batch_id, positions)
+                if batch_id is not None and self.arrow is not None and result.largest > self.arrow.largest:
+                    self.arrow.seen(result.largest)
+                    self.metrics.largest_record.labels(**self.metrics.ids).set(result.largest)
                 log.info("%s: %d messages, %d failed, in %.2fs (commit %.2fs)",
                          f"batch {batch_id}" if batch_id is not None else "retry batch",
                          result.n_ok + len(result.failures), len(result.failures),
@@ -310,13 +321,16 @@ class Runtime(Settler):
         return {int(k[len(prefix):]): v for k, v in self.ledger.state.positions.items()
                 if k.startswith(prefix)}
 
-    def _execute_with_rollbacks(self, df, local_rows: list | None = None,
-                                local_failed: bool = False) -> tuple[BatchResult, list]:
+    def _execute_with_rollbacks(self, df, local_rows: list | None = None, local_failed: bool = False,
+                                source: bool = False) -> tuple[BatchResult, list]:
         """`local_failed`: the local worker already failed this batch once (run_ahead), so its
-        first run here is the Spark job that failure leads to; a rollback tries both again."""
+        first run here is the Spark job that failure leads to; a rollback tries both again.
+        `source`: a source batch, whose Arrow batches are sized from the records seen."""
         threshold = self.s.queue_disable.consecutive_batch_failures
         first = True
         while True:
+            if source:
+                self._size_arrow(df, after_failure=not first)
             try:
                 return self.execute(df, None if first and local_failed else local_rows), []
             except Exception as err:  # noqa: BLE001 - a whole-batch failure: a rollback
@@ -325,8 +339,22 @@ class Runtime(Settler):
                     raise
                 n = self._rollback(err)
                 if n >= threshold:
+                    if source:
+                        self._size_arrow(df, after_failure=True)
                     return self._isolate(df, err)
                 time.sleep(min(self.retry_sleep * 2 ** (n - 1), 30))
+
+    def _size_arrow(self, df, *, after_failure: bool) -> None:
+        """Rows per Arrow batch for the next run of a source batch (spark.ArrowRows), set on
+        the batch's own session: the query's, which Spark cloned from ours at its start."""
+        rows = self.arrow.rows(after_failure=after_failure) if self.arrow is not None else None
+        if rows is None or rows == self.arrow_rows_set:
+            return
+        df.sparkSession.conf.set(ARROW_ROWS_CONF, str(rows))
+        self.arrow_rows_set = rows
+        self.metrics.arrow_rows.labels(**self.metrics.ids).set(rows)
+        if after_failure:
+            log.info("the batch runs again with %d rows per Arrow batch (the source topic's bound)", rows)
 
     def _rollback(self, err: Exception) -> int:
         state = copy.deepcopy(self.ledger.state)

@@ -19,7 +19,7 @@ from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
                                             partition_lags, reachable)
-from antidote_consumer.spark import arrow_batching
+from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows, arrow_batching
 from antidote_consumer.worker import collector
 
 from .batches import QueueDisabled, Runtime
@@ -90,11 +90,15 @@ class Consumer:
         self.partitions = ensure_topics(
             admin, t.source, derived, ledger_names(settings).topic,
             retry=list(t.retry), longest_delay_ms=longest_retry_delay(settings.retries).ms)
-        for key, value in arrow_batching(max_message_bytes(admin, t.source),
-                                         settings.spark.conf).items():
+        source_max = max_message_bytes(admin, t.source)
+        for key, value in arrow_batching(source_max, settings.spark.conf).items():
             spark.conf.set(key, value)
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf,
                                max_bytes={topic: max_message_bytes(admin, topic) for topic in derived})
+        self.runtime.arrow = ArrowRows(source_max, settings.spark.conf)
+        rows = spark.conf.get(ARROW_ROWS_CONF, None)
+        if rows is not None and rows.strip().lstrip("-").isdigit():
+            metrics.arrow_rows.labels(**metrics.ids).set(int(rows))
         delays = {topic: d.ms for topic, d in zip(t.retry, settings.retries.cycle_delays)}
         self.retry = RetryReader(settings.source.bootstrap_servers, delays, conf,
                                  owner=ledger_names(settings).consumer_id,

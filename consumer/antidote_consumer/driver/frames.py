@@ -238,6 +238,7 @@ class BatchResult:
     # A planned retry batch: (topic, partition) -> (offset, due) of the first record the
     # executors found not due yet; the partition's position stops there.
     waiting: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    largest: int = 0  # bytes of the largest record the executors read (spark.ArrowRows)
 
     def wait_at(self, where: tuple[str, int], offset: int, due: int) -> None:
         if where not in self.waiting or offset < self.waiting[where][0]:
@@ -249,7 +250,7 @@ class BatchResult:
             ends[where] = max(last, ends.get(where, -1))
         out = BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
                           self.n_attempts + other.n_attempts, ends, {**self.chains, **other.chains},
-                          dict(self.waiting))
+                          dict(self.waiting), max(self.largest, other.largest))
         for where, (offset, due) in other.waiting.items():
             out.wait_at(where, offset, due)
         return out

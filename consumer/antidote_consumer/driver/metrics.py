@@ -134,6 +134,15 @@ class Metrics:
                           "Messages held behind an earlier message of their key in a retry cycle "
                           "(QueueConsumer spec.ordering Key), as the ledger last committed them.",
                           LABELS, registry=r)
+        # How source batches travel to the Python workers (spark.ArrowRows): the rows per Arrow
+        # batch their last Spark job ran with, and the largest record seen, which sets them.
+        self.arrow_rows = Gauge("antidote_arrow_batch_rows",
+                                "Rows per Arrow batch of the last source batch's Spark job.",
+                                LABELS, registry=r)
+        self.largest_record = Gauge("antidote_largest_record_bytes",
+                                    "Bytes of the largest source record this run has read (key, "
+                                    "value and headers); sets antidote_arrow_batch_rows.",
+                                    LABELS, registry=r)
         self.liveness = Liveness()
         self.ids = ids
         # Set while the queue is disabled: releases the operator's waiting scrape at once.

@@ -47,6 +47,9 @@ RESULT_COLUMNS = [
     # What the handler chose by raising antidote.Retry / NonRetryable (chosen.py), and the
     # delay a Retry asked for (ms; the driver bounds it when it sets the due time).
     ("chosen", "string"), ("retry_after", "long"),
+    # The summary row's: bytes of the largest record the task read (key, value and headers),
+    # from which the driver sizes the next source batch's Arrow batches (spark.ArrowRows).
+    ("largest", "long"),
 ]
 RESULT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in RESULT_COLUMNS)
 RESULT_FIELDS = [name for name, _ in RESULT_COLUMNS]
@@ -164,7 +167,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     if producer is not None:
         _sink_errors.clear()
 
-    n_ok = n_attempts = 0
+    n_ok = n_attempts = largest = 0
     ends: dict[tuple[str, int], int] = {}
     faulted: set[tuple[str, int]] = set()  # (topic, partition) stopped at a poison message
     # (topic, partition) -> (offset, due) of the record a planned retry batch stops at
@@ -194,6 +197,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
         pairs = isinstance(batch, tuple)  # headers as (key, value) pairs already
         keys, values, topics, parts, offsets, stamps, headers = batch if pairs else (
             batch.column(name).to_pylist() for name in INPUT_COLUMNS)
+        largest = max(largest, _largest_of_lists(keys, values, headers) if pairs else largest_record(batch))
         if not _note_one_partition(topics, parts, offsets, ends):
             _note_ends(topics, parts, offsets, ends)
         cap = max(cap, len(keys))
@@ -333,6 +337,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     summary.update(kind=["summary"] + ["end"] * len(ends) + ["chains"] * len(chains)
                    + ["waiting"] * len(waiting),
                    n_ok=[n_ok] + [0] * (n - 1), n_attempts=[n_attempts] + [0] * (n - 1),
+                   largest=[largest] + [None] * (n - 1),
                    topic=[None] + [t for t, _ in ends] + [None] * len(chains) + [t for t, _ in waiting],
                    partition=[None] + [p for _, p in ends] + [p for p, _ in chains]
                    + [p for _, p in waiting],
@@ -343,6 +348,38 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     for name in RESULT_FIELDS:  # the rows still gathered go with the summary, in one batch
         out[name] += summary[name]
     yield out if as_columns else pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
+
+
+def largest_record(batch) -> int:
+    """Bytes of the largest record of an Arrow batch of INPUT_COLUMNS, or a little more: the
+    largest key, value and headers of its rows added up (they may be different rows'). A few
+    Arrow calls a batch, none per row."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    n = 0
+    for name in ("key", "value"):
+        most = pc.max(pc.binary_length(batch.column(name))).as_py()
+        n += most or 0
+    lists = batch.column("headers")
+    ends = lists.offsets.to_numpy(zero_copy_only=False)
+    if len(ends) and ends[-1] > ends[0]:
+        every = lists.values  # all rows' headers (unsliced: `ends` index into it)
+        size = np.zeros(len(every) + 1, dtype=np.int64)
+        for name in ("key", "value"):
+            size[1:] += pc.fill_null(pc.binary_length(every.field(name)), 0).to_numpy(zero_copy_only=False)
+        total = np.cumsum(size)  # total[i]: the first i headers' bytes
+        n += int((total[ends[1:]] - total[ends[:-1]]).max())
+    return n
+
+
+def _largest_of_lists(keys: list, values: list, headers: list) -> int:
+    """largest_record of rows as lists, headers as pairs (the local worker's retry rows)."""
+    def size(b) -> int:
+        return len(b) if b is not None else 0
+
+    return (max(map(size, keys), default=0) + max(map(size, values), default=0)
+            + max((sum(len(k.encode()) + size(v) for k, v in hs) for hs in headers if hs), default=0))
 
 
 def _has_ours(headers) -> bool:
@@ -413,7 +450,7 @@ def _emit(out: dict[str, list], kind, key, value, headers, origin: h.Origin, top
                attempts=attempts, cycle=cycle, reason=reason, error_class=error_class,
                error_message=error_message, stack=stack, first_failure=first,
                last_failure=last, output=output, n_ok=None, n_attempts=None, chosen=chosen,
-               retry_after=retry_after)
+               retry_after=retry_after, largest=None)
     for name in RESULT_FIELDS:
         out[name].append(row[name])
 
