@@ -185,7 +185,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     # input batch had a failure or two, so that was most of what failures cost here
     # (profiled). They are sent once they reach the largest input batch seen (checked where
     # a row is added): never more rows than Spark's own batches hold (maxRecordsPerBatch,
-    # which the consumer sets from the topic's max.message.bytes), the same memory bound.
+    # which the consumer sets from the records seen: spark.ArrowRows), the same memory bound.
     out: dict[str, list] = {name: [] for name in RESULT_FIELDS}
     cap = 1
     # The hot loop: a success costs one Message, one handler call and one produce; everything a
@@ -393,8 +393,8 @@ def _note_one_partition(topics: list, parts: list, offsets: list, ends: dict[tup
     """Fold the last offset of a batch's rows into `ends` when they are all of one (topic,
     partition), and say whether they were. A Kafka source task reads one partition, so that
     is nearly every batch, and the rows are at hand as lists already: two counts and a max
-    in C. (An Arrow group-by per batch was a fifth of a worker's time: Arrow batches here are
-    small, 256 rows for topics allowing 1 MB records, and each group-by has a fixed cost.)"""
+    in C. (An Arrow group-by per batch was a fifth of a worker's time, profiled with Arrow
+    batches of 256 rows, and each group-by has a fixed cost.)"""
     n = len(topics)
     if n == 0:
         return True
