@@ -295,9 +295,9 @@ class Runtime(Settler):
                         df, local_rows, local_failed, source=batch_id is not None)
                 executed = time.monotonic()
                 self._settle(result, isolated, batch_id, positions)
-                if batch_id is not None and self.arrow is not None and result.largest > self.arrow.largest:
+                if batch_id is not None and self.arrow is not None:
                     self.arrow.seen(result.largest)
-                    self.metrics.largest_record.labels(**self.metrics.ids).set(result.largest)
+                    self.metrics.largest_record.labels(**self.metrics.ids).set(self.arrow.largest)
                 log.info("%s: %d messages, %d failed, in %.2fs (commit %.2fs)",
                          f"batch {batch_id}" if batch_id is not None else "retry batch",
                          result.n_ok + len(result.failures), len(result.failures),

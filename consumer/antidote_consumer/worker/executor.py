@@ -362,8 +362,8 @@ def largest_record(batch) -> int:
         most = pc.max(pc.binary_length(batch.column(name))).as_py()
         n += most or 0
     lists = batch.column("headers")
-    ends = lists.offsets.to_numpy(zero_copy_only=False)
-    if len(ends) and ends[-1] > ends[0]:
+    ends = lists.offsets.to_numpy(zero_copy_only=False)  # rows + 1 of them, even for none
+    if ends[-1] > ends[0]:
         every = lists.values  # all rows' headers (unsliced: `ends` index into it)
         size = np.zeros(len(every) + 1, dtype=np.int64)
         for name in ("key", "value"):
