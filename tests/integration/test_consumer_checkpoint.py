@@ -89,3 +89,46 @@ def test_a_latest_consumer_whose_checkpoint_is_lost_goes_on_where_its_ledger_end
     assert Counter(w.rsplit("/", 1)[0] for w in cu.calls(calls_dir, source)) == {
         f"{source}/0": 5, f"{source}/1": 5}
     assert min(int(w.rsplit("/", 1)[1]) for w in cu.calls(calls_dir, source)) == 2
+
+
+def test_a_checkpoint_whose_first_offsets_write_was_cut_short_starts_again_and_loses_nothing(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """A driver killed while Spark wrote a new checkpoint's first offsets (after a lost
+    checkpoint, say) leaves the write's temporary file, and Spark since 4.1 refuses to start a
+    query whose offsets folder is not empty (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY):
+    the consumer would fail the same way on every restart. Found by the chaos run."""
+    import shutil
+    import uuid
+
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    first, second = _values(0, 20), _values(20, 20)
+    _write(kafka_bootstrap, source, first)
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, max_batch=7, policy=POLICY)
+    code, _ = cu.run(spark, s)
+    assert code == ExitCode.OK
+
+    # What a SIGKILL between Spark's write of offsets/0 and its rename leaves in a new
+    # checkpoint: the query's metadata, the source's initial offsets, and offsets/0 as a
+    # temporary file with its checksum; no commit.
+    ckpt = tmp_path / "new-checkpoint"
+    old = type(tmp_path)(s.checkpoint.location)
+    shutil.copytree(old, ckpt, ignore=shutil.ignore_patterns("offsets", "commits"))
+    (ckpt / "offsets").mkdir()
+    (ckpt / "commits").mkdir()
+    temp = f".0.{uuid.uuid4()}.tmp"
+    shutil.copy(old / "offsets" / "0", ckpt / "offsets" / temp)
+    shutil.copy(old / "offsets" / ".0.crc", ckpt / "offsets" / f".{temp}.crc")
+
+    _write(kafka_bootstrap, source, second)
+    code, _ = cu.run(spark, _moved_to(s, ckpt))
+    assert code == ExitCode.OK
+
+    values = first + second
+    ok = sorted(v.upper() for v in values if not v.startswith(b"poison"))
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == ok
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
+    assert sorted(r.value for r, _ in poison.values()) == sorted(v for v in values if v.startswith(b"poison"))
+    per_offset = cu.calls(calls_dir, source)
+    assert len(per_offset) == len(values) and set(per_offset.values()) == {1}
+    # Only the cut-short write was cleared: the checkpoint now has its own batches.
+    assert (ckpt / "offsets" / "0").exists() and not list((ckpt / "offsets").glob(".0.*.tmp"))

@@ -23,6 +23,7 @@ from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows, arrow_batching
 from antidote_consumer.worker import collector
 
 from .batches import QueueDisabled, Runtime
+from .checkpoint import clear_torn_first_write
 from .ledger import LedgerFenced
 from .metrics import Metrics, stall_after
 from .outage_log import OutageLog
@@ -165,6 +166,8 @@ class Consumer:
 
     def _start_query(self, until_idle: bool):
         src = self.s.source
+        # A first offsets write cut short (a kill) would keep Spark from ever starting it.
+        clear_torn_first_write(self.spark, self.s.checkpoint.location)
         reader = (self.spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", src.bootstrap_servers)
                   .options(**kafka_auth.source_spark_options(self.s))
