@@ -6,6 +6,7 @@ batch id, which starts at 0 again with a new checkpoint. Real broker, real local
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from antidote_consumer.driver.ledger import load_state
 from antidote_api.wire import ExitCode
@@ -36,6 +37,18 @@ def _write(bootstrap: str, topic: str, values: list[bytes]) -> None:
         produce(bootstrap, topic, [(None, v, None) for v in values[partition::2]], partition=partition)
 
 
+def _assert_each_once(bootstrap: str, s, sink: str, calls_dir, values: list[bytes]) -> tuple[list, dict]:
+    """Every message of `values` has one outcome (the sink, or the poison topic once) and was
+    given to the handler exactly once; (the sink's values, the quarantined records)."""
+    ok = sorted(v.upper() for v in values if not v.startswith(b"poison"))
+    assert sorted(r.value for r in read_all(bootstrap, sink)) == ok
+    poison = cu.quarantined(bootstrap, s.topics.poison)  # fails on a duplicate
+    assert sorted(r.value for r, _ in poison.values()) == sorted(v for v in values if v.startswith(b"poison"))
+    per_offset = cu.calls(calls_dir, s.source.topic)
+    assert len(per_offset) == len(values) and set(per_offset.values()) == {1}
+    return ok, poison
+
+
 def test_a_lost_checkpoint_neither_skips_nor_repeats_a_message(
         spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
     source, sink = topic_factory(partitions=2), topic_factory("-out")
@@ -52,14 +65,8 @@ def test_a_lost_checkpoint_neither_skips_nor_repeats_a_message(
     code, _ = cu.run(spark, _moved_to(s, tmp_path / "new-checkpoint", max_batch=11))
     assert code == ExitCode.OK
 
-    values = first + second
-    ok = sorted(v.upper() for v in values if not v.startswith(b"poison"))
-    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == ok
-    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
-    assert sorted(r.value for r, _ in poison.values()) == sorted(v for v in values if v.startswith(b"poison"))
     # Each source offset was given to the handler exactly once: nothing ran twice.
-    per_offset = cu.calls(calls_dir, source)
-    assert len(per_offset) == len(values) and set(per_offset.values()) == {1}
+    ok, poison = _assert_each_once(kafka_bootstrap, s, sink, calls_dir, first + second)
     state = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
     assert state.positions[f"{source}:0"] == 35 and state.positions[f"{source}:1"] == 35
     assert (state.counts["processed"], state.counts["moved"]) == (len(ok), len(poison))
@@ -111,7 +118,7 @@ def test_a_checkpoint_whose_first_offsets_write_was_cut_short_starts_again_and_l
     # checkpoint: the query's metadata, the source's initial offsets, and offsets/0 as a
     # temporary file with its checksum; no commit.
     ckpt = tmp_path / "new-checkpoint"
-    old = type(tmp_path)(s.checkpoint.location)
+    old = Path(s.checkpoint.location)
     shutil.copytree(old, ckpt, ignore=shutil.ignore_patterns("offsets", "commits"))
     (ckpt / "offsets").mkdir()
     (ckpt / "commits").mkdir()
@@ -123,12 +130,6 @@ def test_a_checkpoint_whose_first_offsets_write_was_cut_short_starts_again_and_l
     code, _ = cu.run(spark, _moved_to(s, ckpt))
     assert code == ExitCode.OK
 
-    values = first + second
-    ok = sorted(v.upper() for v in values if not v.startswith(b"poison"))
-    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == ok
-    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
-    assert sorted(r.value for r, _ in poison.values()) == sorted(v for v in values if v.startswith(b"poison"))
-    per_offset = cu.calls(calls_dir, source)
-    assert len(per_offset) == len(values) and set(per_offset.values()) == {1}
+    _assert_each_once(kafka_bootstrap, s, sink, calls_dir, first + second)
     # Only the cut-short write was cleared: the checkpoint now has its own batches.
     assert (ckpt / "offsets" / "0").exists() and not list((ckpt / "offsets").glob(".0.*.tmp"))

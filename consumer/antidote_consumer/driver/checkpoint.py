@@ -38,18 +38,18 @@ def torn_first_write(listing: dict[str, list[str]]) -> list[tuple[str, str]]:
 def clear_torn_first_write(spark, location: str) -> list[str]:
     """Remove what torn_first_write finds in the checkpoint at `location` (any filesystem
     Spark reads it from, with the session's Hadoop configuration); the paths removed."""
-    jvm = spark.sparkContext._jvm
+    Path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # noqa: N806 - Hadoop's class
     conf = spark._jsparkSession.sessionState().newHadoopConf()
-    root = jvm.org.apache.hadoop.fs.Path(location)
+    root = Path(location)
     fs = root.getFileSystem(conf)
     listing: dict[str, list[str]] = {}
     for folder in LOGS:
-        path = jvm.org.apache.hadoop.fs.Path(root, folder)
+        path = Path(root, folder)
         listing[folder] = ([status.getPath().getName() for status in fs.listStatus(path)]
                            if fs.exists(path) else [])
     removed = []
     for folder, name in torn_first_write(listing):
-        path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(root, folder), name)
+        path = Path(Path(root, folder), name)
         fs.delete(path, False)
         removed.append(path.toString())
     if removed:
