@@ -7,7 +7,7 @@ import json
 
 from antidote_consumer.driver.ledger import BATCH, LedgerState
 from antidote_consumer.driver.consumer import starting_offsets
-from antidote_consumer.driver.frames import BatchResult, HandlerMap, floor_condition
+from antidote_consumer.driver.frames import BatchResult, HandlerMap, caught_up, floor_condition
 from antidote_consumer.worker.executor import WorkerConfig, _note_ends, _note_one_partition
 
 
@@ -43,6 +43,20 @@ def test_the_floor_is_one_sql_condition_with_long_offsets_and_no_floor_for_unkno
     # a partition it does not know kept whole (floor 0).
     assert floor_condition({1: 3_000_000_001, 0: 5}) == (
         "offset >= coalesce(map(0, 5L, 1, 3000000001L)[partition], 0L)")
+
+
+def test_a_query_is_caught_up_only_once_it_has_read_to_the_floor_in_every_partition_the_floor_names() -> None:
+    # Nothing accounted for yet: nothing to pass over.
+    assert caught_up({}, {})
+    # A query that has read nothing yet (just started, from any checkpoint) may replay.
+    assert not caught_up({0: 10, 1: 4}, {})
+    # A replay spanning several batches: partition 0 is still below its floor.
+    assert not caught_up({0: 10, 1: 4}, {0: 6, 1: 9})
+    # A partition the query has not read, say an idle one, may start below its floor.
+    assert not caught_up({0: 10, 1: 4}, {0: 10})
+    # Read to the floor (the offset after the last record equals it) or past it everywhere.
+    assert caught_up({0: 10, 1: 4}, {0: 10, 1: 4})
+    assert caught_up({0: 10, 1: 4}, {0: 12, 1: 4, 2: 1})
 
 
 class _Udf:

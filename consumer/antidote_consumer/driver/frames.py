@@ -158,6 +158,16 @@ def unaccounted(df, floor: dict[int, int]):
     return df.filter(floor_condition(floor))
 
 
+def caught_up(floor: dict[int, int], read: dict[int, int]) -> bool:
+    """Whether a query that has read each source partition up to `read` (the offset after
+    the last record its committed batches held) is at or past the ledger's `floor` in every
+    partition the floor names. Spark starts each batch where the last ended, so no later batch
+    of that query holds a record below the floor: `unaccounted` would keep every record. A
+    partition the query has not read yet may start below it (a replay from an old checkpoint
+    spans as many batches as maxOffsetsPerTrigger cuts it into), so it is not caught up."""
+    return all(read.get(p, -1) >= offset for p, offset in floor.items())
+
+
 def floor_condition(floor: dict[int, int]) -> str:
     """The SQL condition of `unaccounted`: one expression string, so the filter costs one call
     into the JVM per batch (built from Column objects it took one per partition and operator,
