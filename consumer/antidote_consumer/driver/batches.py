@@ -23,9 +23,8 @@ from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
-from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, caught_up, collect_results,
-                     frame, is_job_failure, running_tasks, segment_filter, skip_key, unaccounted,
-                     first_line)
+from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
+                     is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
 from .metrics import Metrics
@@ -280,12 +279,9 @@ class Runtime(Settler):
             if batch_id is not None:
                 # A replayed batch (a crash after the ledger committed it, before the
                 # checkpoint did), or a new checkpoint that starts over: what the ledger
-                # already accounts for is passed over, message by message. Once this query
-                # has read up to the ledger's positions, its batches cannot hold such records
-                # and the filter (~4-5 ms of the driver's time a batch) is left out.
-                floor = self.source_floor()
-                if not caught_up(floor, self.query_read):
-                    df = unaccounted(df, floor)
+                # already accounts for is passed over, message by message, until this query
+                # has read up to the ledger's positions.
+                df = unaccounted(df, self.source_floor(), self.query_read)
                 marked = copy.deepcopy(self.ledger.state)
                 marked.started_batch, marked.in_batch = batch_id, True
                 self.ledger.commit(marked, keys=("batch",))
