@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from antidote_api.consumer import QueueConsumerSpec  # noqa: E402
 from antidote_api.policy import PoisonPolicySpec  # noqa: E402
 from antidote_api.semantics import resolve  # noqa: E402
+from antidote_consumer.spark import CHECKPOINT_MANAGER_CONF  # noqa: E402
 from benchmarks import bench_stack  # noqa: E402
 
 POLICY = {"retries": {"immediate": 2, "cycles": 1, "cycleDelay": "1s"}}
@@ -108,14 +109,18 @@ def plain_map(batches):
         yield pa.RecordBatch.from_pydict({"key": c["key"], "value": out}, schema=schema)
 
 
-def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path):
+def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
+                conf: dict[str, str] | None = None):
     """Pipeline (a): the handler as a plain mapInArrow from the source topic to the sink, no
-    poison handling, with Spark's own Arrow defaults, not those an Antidote consumer sets."""
+    poison handling, with Spark's own defaults for Arrow batches and checkpoint files, not
+    those an Antidote consumer sets; `conf`: settings of its own instead (a diagnostic)."""
     from pyspark.sql import functions as F
 
     for key in ("spark.sql.execution.arrow.maxBytesPerBatch",
-                "spark.sql.execution.arrow.maxRecordsPerBatch"):
+                "spark.sql.execution.arrow.maxRecordsPerBatch", CHECKPOINT_MANAGER_CONF):
         spark.conf.unset(key)
+    for key, value in (conf or {}).items():
+        spark.conf.set(key, value)
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", source).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", str(batch)).load()

@@ -34,7 +34,10 @@ beside "b 0%" and "b 1%". Nor "b 0% 10k rows" and "b 1% 10k rows": the same mess
 topics that allow records of at most 26,843 bytes, for which the consumer sends 10,000 rows
 per Arrow batch from its first batch on, where for the 1 MB topics it starts at 256 and
 takes 10,000 once it has seen the records (docs/consumer.md, Performance); name them beside
-"a", "b 0%" and "b 1%".
+"a", "b 0%" and "b 1%". Nor "a fs ckpt": plain Spark writing its checkpoint through the
+FileSystem API, as an Antidote consumer does on a local directory (docs/consumer.md,
+Performance), where (a) keeps Spark's default as a user's pipeline would; name it beside
+"a" and "b 0%".
 
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
@@ -64,7 +67,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import kafka_loop  # noqa: E402
 from benchmarks.consumer_throughput import (POLICY, log, make_topic, produce, settings,  # noqa: E402
                                             start_plain)
-from antidote_consumer.spark import ARROW_BATCH_BYTES  # noqa: E402
+from antidote_consumer.spark import ARROW_BATCH_BYTES, checkpoint_files  # noqa: E402
 
 CORES = os.cpu_count() or 1
 PIPELINES = {
@@ -85,15 +88,20 @@ PIPELINES = {
     # Spark's default) instead of the 256 a topic allowing 1 MB records gets.
     "b 0% 10k rows": "(b) Antidote, 0%, 10k-row Arrow",
     "b 1% 10k rows": "(b) Antidote, 1%, 10k-row Arrow",
+    # Plain Spark with the checkpoint file manager an Antidote consumer sets for a local
+    # checkpoint (antidote_consumer.spark.checkpoint_files): b(0%) against plain Spark with
+    # the same setting, where (a) keeps Spark's default, as a user's pipeline would.
+    "a fs ckpt": "(a) plain Spark, FileSystem ckpt",
 }
 ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
 # Pipelines not in the default run: the attribution ones and the Arrow batches' bound.
-DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows"]
+DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt"]
 SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000  # the largest record for 10,000-row batches
 # The topic of a pipeline whose topic is not its name's share of poison ("small": the same
 # messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
-TOPIC_OF = {"a": "0%", "ceil": "0%", "b 0% 10k rows": "0% small", "b 1% 10k rows": "1% small"}
+TOPIC_OF = {"a": "0%", "a fs ckpt": "0%", "ceil": "0%", "b 0% 10k rows": "0% small",
+            "b 1% 10k rows": "1% small"}
 
 
 def topic_of(pipeline: str) -> str:
@@ -297,8 +305,8 @@ def window_of(progress: list[dict], warmup: int) -> tuple[int, float, float]:
 
 
 def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
-              warmup: int) -> Run:
-    q = start_plain(spark, bootstrap, source, sink, batch, workdir)
+              warmup: int, conf: dict[str, str] | None = None) -> Run:
+    q = start_plain(spark, bootstrap, source, sink, batch, workdir, conf)
     try:
         q.awaitTermination()
         assert q.exception() is None, q.exception()
@@ -473,9 +481,10 @@ def main() -> int:
                 label = topic_of(k)
                 src, bad, per_partition = topics[label]
                 mark = jit_mark(spark)
-                if k == "a":
-                    sink = make_topic(admin, f"{src}-a-{r}", args.partitions)
-                    run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches)
+                if k.startswith("a"):
+                    sink = make_topic(admin, f"{src}-{k.replace(' ', '-')}-{r}", args.partitions)
+                    run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches,
+                                    checkpoint_files(str(workdir)) if k == "a fs ckpt" else None)
                 elif k.startswith("b"):
                     named = k.replace(" ", "-").replace("%", "pct")  # one sink per pipeline and round
                     sink = make_topic(admin, f"{src}-{named}-{r}", args.partitions)
@@ -542,6 +551,8 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
             ("b(1%, at once)/b(0%)", "b 1% at once", "b 0%", None),
             ("b(0%, 10k rows)/b(0%)", "b 0% 10k rows", "b 0%", None),
             ("b(0%, 10k rows)/a", "b 0% 10k rows", "a", None),
+            ("b(0%)/a(fs ckpt)", "b 0%", "a fs ckpt", None),
+            ("a(fs ckpt)/a", "a fs ckpt", "a", None),
             ("b(1%)/b(0%), 10k rows", "b 1% 10k rows", "b 0% 10k rows", None),
             ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),
             ("b(0%)/ceiling", "b 0%", "ceil", None)):

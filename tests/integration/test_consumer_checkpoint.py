@@ -133,3 +133,35 @@ def test_a_checkpoint_whose_first_offsets_write_was_cut_short_starts_again_and_l
     _assert_each_once(kafka_bootstrap, s, sink, calls_dir, first + second)
     # Only the cut-short write was cleared: the checkpoint now has its own batches.
     assert (ckpt / "offsets" / "0").exists() and not list((ckpt / "offsets").glob(".0.*.tmp"))
+
+
+def test_a_local_checkpoint_is_written_through_the_file_system_api_and_read_back(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """On a local directory the consumer has Spark write its checkpoint through Hadoop's
+    FileSystem API, not FileContext, which forks a `readlink` for every status it reads
+    (antidote_consumer.spark.checkpoint_files). A second run goes on from the entries the
+    first one wrote that way: Spark read them back, and its batch ids go on."""
+    from antidote_consumer.spark import CHECKPOINT_MANAGER_CONF, FILE_SYSTEM_CHECKPOINTS
+
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    first, second = _values(0, 20), _values(20, 14)
+    _write(kafka_bootstrap, source, first)
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, max_batch=7, policy=POLICY)
+    code, _ = cu.run(spark, s)
+    assert code == ExitCode.OK
+    assert spark.conf.get(CHECKPOINT_MANAGER_CONF) == FILE_SYSTEM_CHECKPOINTS
+
+    commits = Path(s.checkpoint.location) / "commits"
+
+    def batches() -> list[int]:
+        return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+
+    done = batches()
+    assert len(done) >= 3 and done == list(range(len(done)))
+
+    _write(kafka_bootstrap, source, second)
+    code, _ = cu.run(spark, s)
+    assert code == ExitCode.OK
+    after = batches()
+    assert len(after) > len(done) and after == list(range(len(after)))
+    _assert_each_once(kafka_bootstrap, s, sink, calls_dir, first + second)

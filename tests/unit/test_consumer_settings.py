@@ -84,6 +84,17 @@ def test_arrow_batching_leaves_what_the_user_set() -> None:
     assert conf == {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
+def test_checkpoint_files_on_a_local_directory_go_through_the_file_system_api() -> None:
+    from antidote_consumer.spark import CHECKPOINT_MANAGER_CONF, FILE_SYSTEM_CHECKPOINTS, checkpoint_files
+
+    for local in ("/checkpoints/orders", "file:///checkpoints/orders", "ckpt/orders"):
+        assert checkpoint_files(local) == {CHECKPOINT_MANAGER_CONF: FILE_SYSTEM_CHECKPOINTS}, local
+    for remote in ("s3a://bucket/orders", "hdfs://nn:8020/orders", "gs://bucket/orders"):
+        assert checkpoint_files(remote) == {}, remote
+    # The user's own choice (spec.spark.conf) stays.
+    assert checkpoint_files("/checkpoints/orders", {CHECKPOINT_MANAGER_CONF: "my.Manager"}) == {}
+
+
 def test_arrow_rows_start_at_the_topic_bound_and_follow_the_largest_record_seen() -> None:
     from antidote_consumer.spark import (ARROW_BATCH_BYTES, LEARNED_MARGIN, MAX_ARROW_ROWS,
                                          ROW_OVERHEAD_BYTES, ArrowRows)

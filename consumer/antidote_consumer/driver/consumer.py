@@ -19,7 +19,7 @@ from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
                                             partition_lags, reachable)
-from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows, arrow_batching
+from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows, arrow_batching, checkpoint_files
 from antidote_consumer.worker import collector
 
 from .batches import QueueDisabled, Runtime
@@ -92,7 +92,8 @@ class Consumer:
             admin, t.source, derived, ledger_names(settings).topic,
             retry=list(t.retry), longest_delay_ms=longest_retry_delay(settings.retries).ms)
         source_max = max_message_bytes(admin, t.source)
-        for key, value in arrow_batching(source_max, settings.spark.conf).items():
+        for key, value in {**arrow_batching(source_max, settings.spark.conf),
+                           **checkpoint_files(settings.checkpoint.location, settings.spark.conf)}.items():
             spark.conf.set(key, value)
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf,
                                max_bytes={topic: max_message_bytes(admin, topic) for topic in derived})
