@@ -95,7 +95,8 @@ PIPELINES = {
 }
 ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
-# Pipelines not in the default run: the attribution ones and the Arrow batches' bound.
+# Pipelines not in the default run: the attribution ones, the Arrow batches' bound, and plain
+# Spark with the checkpoint setting an Antidote consumer makes.
 DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt"]
 SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000  # the largest record for 10,000-row batches
 # The topic of a pipeline whose topic is not its name's share of poison ("small": the same
