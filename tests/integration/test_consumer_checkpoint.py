@@ -37,6 +37,18 @@ def _write(bootstrap: str, topic: str, values: list[bytes]) -> None:
         produce(bootstrap, topic, [(None, v, None) for v in values[partition::2]], partition=partition)
 
 
+def _first_run(spark, bootstrap: str, topic_factory, tmp_path, n_first: int, n_second: int):
+    """A consumer (batches of 7) run until idle over `n_first` messages in 2 partitions;
+    (its settings, its sink, those messages, the `n_second` that come after them)."""
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    first, second = _values(0, n_first), _values(n_first, n_second)
+    _write(bootstrap, source, first)
+    s = cu.settings(bootstrap, source, tmp_path, sink=sink, max_batch=7, policy=POLICY)
+    code, _ = cu.run(spark, s)
+    assert code == ExitCode.OK
+    return s, sink, first, second
+
+
 def _assert_each_once(bootstrap: str, s, sink: str, calls_dir, values: list[bytes]) -> tuple[list, dict]:
     """Every message of `values` has one outcome (the sink, or the poison topic once) and was
     given to the handler exactly once; (the sink's values, the quarantined records)."""
@@ -51,12 +63,8 @@ def _assert_each_once(bootstrap: str, s, sink: str, calls_dir, values: list[byte
 
 def test_a_lost_checkpoint_neither_skips_nor_repeats_a_message(
         spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
-    source, sink = topic_factory(partitions=2), topic_factory("-out")
-    first, second = _values(0, 40), _values(40, 30)
-    _write(kafka_bootstrap, source, first)
-    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, max_batch=7, policy=POLICY)
-    code, _ = cu.run(spark, s)
-    assert code == ExitCode.OK
+    s, sink, first, second = _first_run(spark, kafka_bootstrap, topic_factory, tmp_path, 40, 30)
+    source = s.source.topic
     before = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
     assert before.committed_batch >= 4  # several batches, so the new ids collide with them
 
@@ -107,12 +115,8 @@ def test_a_checkpoint_whose_first_offsets_write_was_cut_short_starts_again_and_l
     import shutil
     import uuid
 
-    source, sink = topic_factory(partitions=2), topic_factory("-out")
-    first, second = _values(0, 20), _values(20, 20)
-    _write(kafka_bootstrap, source, first)
-    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, max_batch=7, policy=POLICY)
-    code, _ = cu.run(spark, s)
-    assert code == ExitCode.OK
+    s, sink, first, second = _first_run(spark, kafka_bootstrap, topic_factory, tmp_path, 20, 20)
+    source = s.source.topic
 
     # What a SIGKILL between Spark's write of offsets/0 and its rename leaves in a new
     # checkpoint: the query's metadata, the source's initial offsets, and offsets/0 as a
@@ -143,12 +147,8 @@ def test_a_local_checkpoint_is_written_through_the_file_system_api_and_read_back
     first one wrote that way: Spark read them back, and its batch ids go on."""
     from antidote_consumer.spark import CHECKPOINT_MANAGER_CONF, FILE_SYSTEM_CHECKPOINTS
 
-    source, sink = topic_factory(partitions=2), topic_factory("-out")
-    first, second = _values(0, 20), _values(20, 14)
-    _write(kafka_bootstrap, source, first)
-    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, max_batch=7, policy=POLICY)
-    code, _ = cu.run(spark, s)
-    assert code == ExitCode.OK
+    s, sink, first, second = _first_run(spark, kafka_bootstrap, topic_factory, tmp_path, 20, 14)
+    source = s.source.topic
     assert spark.conf.get(CHECKPOINT_MANAGER_CONF) == FILE_SYSTEM_CHECKPOINTS
 
     commits = Path(s.checkpoint.location) / "commits"
