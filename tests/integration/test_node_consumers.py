@@ -9,8 +9,8 @@ handlers_image/, the way docs/images.md tells users to ship theirs), named in
 hack/kind-up.sh installs it with. Each test creates its consumer and deletes it (with its
 pods) before the next: the node has two CPUs and a driver asks for one.
 
-Markers `node` and `images` (`make test-images`; the figures that keep it out of `make
-test` are in docs/node.md); root only, one node per machine.
+Markers `node` and `images` (`make test-node`; why it is not in `make test`:
+docs/testing.md, "What make test leaves out"); root only, one node per machine.
 """
 
 from __future__ import annotations
