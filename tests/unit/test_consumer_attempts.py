@@ -35,6 +35,29 @@ def test_success_on_first_attempt() -> None:
     assert out.verdict is Verdict.OK and out.attempts == 1 and out.output == b'{"id":1}'
 
 
+def test_message_attempt_counts_every_call_immediate_retries_included() -> None:
+    seen: list[int] = []
+
+    def fails_until_4(m: Message):
+        seen.append(m.attempt)
+        if m.attempt < 4:
+            raise ConnectionError("not yet")
+        return m.value
+
+    plan = Plan(immediate=1, cycles=2)
+    first = Message(b"k", b"v", (), "orders", 0, 1, 0)
+    assert run_pass(first, fails_until_4, plan, cycle=0).verdict is Verdict.RETRY
+    # The next cycle's pass starts after the 2 calls of the first (the worker sets attempt).
+    again = Message(b"k", b"v", (), "orders", 0, 1, 0, attempt=3)
+    out = run_pass(again, fails_until_4, plan, cycle=1)
+    assert seen == [1, 2, 3, 4] and out.verdict is Verdict.OK and out.attempts == 2
+    # The worker's hot loop makes the first call itself and hands its error over.
+    seen.clear()
+    hot = Message(b"k", b"v", (), "orders", 0, 1, 0)
+    assert run_pass(hot, fails_until_4, plan, cycle=0, failed=ConnectionError("1st")).attempts == 2
+    assert seen == [2]
+
+
 def test_immediate_retries_then_success() -> None:
     f = Flaky(3)
     out = run_pass(MSG, f, Plan(immediate=5, cycles=2), cycle=0)

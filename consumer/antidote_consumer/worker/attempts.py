@@ -83,8 +83,12 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
         decided = _decided(message, plan, cycle, calls, failed)
         if decided is not None:
             return decided
+    first = message.attempt  # the pass's first call; each immediate retry is the next one
     while calls < plan.immediate + 1:
         calls += 1
+        # `message.attempt` counts handler calls across cycles (docs/consumer.md): a handler
+        # that succeeds on its nth call sees n, immediate retries included.
+        message.attempt = first + calls - 1
         try:
             return Outcome(Verdict.OK, calls, output=encode_output(handler(message)))
         except (Exception, AttemptTimeout) as err:  # noqa: BLE001 - any failure is the message's
