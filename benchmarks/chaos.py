@@ -1,17 +1,20 @@
-"""Chaos for the consumer: SIGKILLs at random moments, and lost checkpoints, over a stream
-with poison flowing through retry cycles; then an audit of every source offset.
+"""Chaos for the consumer: SIGKILLs at random moments, and lost checkpoints, over a stream with
+poison and flaky messages (which succeed on their 4th attempt) flowing through retry cycles;
+then an audit of every source offset.
 
     .venv/bin/python benchmarks/chaos.py [--messages 20000] [--kills 100] [--seed N]
 
 The stream arrives in slices, one before each round, so every round has work. Each round
-starts `antidote consumer --until-idle` as a process (driver and Spark JVM in a
-session of their own), waits until it has written something (the sink, retry or poison
-topics grew), then kills the whole session with SIGKILL after a further random delay, and on
-some rounds (--checkpoint-loss) deletes the checkpoint too, as a pod's ephemeral disk
-would be lost. A last run goes to the end without a kill. The audit then reads the source,
-the sink and the poison topic and prints, for every source offset:
+starts `antidote consumer --until-idle` as a process (driver and Spark JVM in a session of
+their own), waits until it has written a random number of records (the sink, retry or poison
+topics grew by 1 to half the slice), then kills the whole session with SIGKILL after a
+further random delay, and on some rounds (--checkpoint-loss) deletes the checkpoint too, as
+a pod's ephemeral disk would be lost. A last run goes to the end without a kill. The audit
+then reads the source, the sink and the poison topic and prints, for every source offset:
 
 - lost: no outcome at all (neither in the sink nor quarantined)     goal 0
+- flaky wrong: a flaky message (fails its first 3 attempts, then succeeds) quarantined, or
+  in the sink from an attempt other than the 4th                     goal 0
 - duplicated quarantine: quarantined more than once                 goal 0
 - wrong attempts: quarantined with antidote.attempts other than (immediate+1)(cycles+1)
                                                                     goal 0
@@ -60,6 +63,7 @@ from antidote_consumer.kafka.retry import retrying  # noqa: E402
 from antidote_devstack import stack as devstack  # noqa: E402
 from antidote_devstack.paths import cache_dir  # noqa: E402
 from tests.integration.consumer_util import write_manifests  # noqa: E402
+from benchmarks.handlers import FLAKY_FAILS  # noqa: E402
 from tests.integration.kafka_io import read_all  # noqa: E402 - the tests' exact reader
 
 IMMEDIATE, CYCLES = 1, 2
@@ -78,11 +82,18 @@ def is_poison(i: int, rate: float) -> bool:
     return bool(every) and i % every == every // 2
 
 
+def is_flaky(i: int, rate: float) -> bool:
+    """As many flaky messages as poison ones, between them (never the same message)."""
+    every = max(2, round(1 / rate)) if rate else 0
+    return bool(every) and i % every == 0
+
+
 def write_source(bootstrap: str, topic: str, n: int, rate: float, first: int = 0) -> int:
     """Messages `first` .. `first + n - 1`; returns how many of them are poison."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     for i in range(first, first + n):
-        value = b"poison-%d" % i if is_poison(i, rate) else b"m%d" % i
+        value = (b"poison-%d" % i if is_poison(i, rate) else b"flaky-%d" % i if is_flaky(i, rate)
+                 else b"m%d" % i)
         while True:
             try:
                 p.produce(topic, value, str(i).encode())
@@ -97,7 +108,9 @@ def write_source(bootstrap: str, topic: str, n: int, rate: float, first: int = 0
 class Audit:
     offsets: int = 0
     poison_expected: int = 0
+    flaky_expected: int = 0
     lost: list = field(default_factory=list)
+    flaky_wrong: list = field(default_factory=list)
     duplicated_quarantine: list = field(default_factory=list)
     wrong_attempts: list = field(default_factory=list)
     both: list = field(default_factory=list)
@@ -107,11 +120,12 @@ class Audit:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated_quarantine or self.wrong_attempts or self.both)
+        return not (self.lost or self.duplicated_quarantine or self.wrong_attempts or self.both
+                    or self.flaky_wrong)
 
     def lines(self) -> list[str]:
         return [
-            f"source offsets: {self.offsets} ({self.poison_expected} poison)",
+            f"source offsets: {self.offsets} ({self.poison_expected} poison, {self.flaky_expected} flaky)",
             f"processed: {self.processed}, quarantined: {self.quarantined}",
             f"lost: {len(self.lost)}" + (f" e.g. {self.lost[:5]}" if self.lost else ""),
             f"duplicated quarantine: {len(self.duplicated_quarantine)}"
@@ -119,6 +133,8 @@ class Audit:
             f"wrong attempts: {len(self.wrong_attempts)}"
             + (f" e.g. {self.wrong_attempts[:5]}" if self.wrong_attempts else ""),
             f"in the sink and quarantined: {len(self.both)}",
+            f"flaky wrong (quarantined, or succeeded at an attempt other than {FLAKY_FAILS + 1}): "
+            f"{len(self.flaky_wrong)}" + (f" e.g. {self.flaky_wrong[:5]}" if self.flaky_wrong else ""),
             f"sink duplicates (at-least-once, reported): {self.sink_duplicates}",
         ]
 
@@ -128,10 +144,17 @@ def audit(bootstrap: str, source: str, sink: str, poison: str) -> Audit:
     src = {(m.partition, m.offset): m.value for m in read_all(bootstrap, source)}
     a.offsets = len(src)
     a.poison_expected = sum(1 for v in src.values() if v.startswith(b"poison"))
+    flaky = {w for w, v in src.items() if v.startswith(b"flaky")}
+    a.flaky_expected = len(flaky)
     outputs = Counter()
     for m in read_all(bootstrap, sink):
-        part, off, _ = m.value.split(b":", 2)
-        outputs[(int(part), int(off))] += 1
+        part, off, attempt, _ = m.value.split(b":", 3)
+        where = (int(part), int(off))
+        outputs[where] += 1
+        # Every copy of a flaky message's output (a replayed batch writes it again) comes from
+        # the attempt that succeeded: the 4th, whatever was killed in between.
+        if where in flaky and int(attempt) != FLAKY_FAILS + 1:
+            a.flaky_wrong.append((where, f"succeeded at attempt {int(attempt)}"))
     a.sink_duplicates = sum(n - 1 for n in outputs.values())
     a.processed = len(outputs)
     want = (IMMEDIATE + 1) * (CYCLES + 1)
@@ -146,6 +169,7 @@ def audit(bootstrap: str, source: str, sink: str, poison: str) -> Audit:
     a.duplicated_quarantine = sorted(w for w, n in quarantined.items() if n > 1)
     a.lost = sorted(w for w in src if w not in outputs and w not in quarantined)
     a.both = sorted(w for w in src if w in outputs and w in quarantined)
+    a.flaky_wrong += sorted((w, "quarantined") for w in flaky if w in quarantined)
     return a
 
 
@@ -218,8 +242,11 @@ def run_chaos(s: devstack.Stack, *, messages: int, kills: int, poison_rate: floa
             proc = start(env, args, out, resume)
             resume = False
             # Killed only once it has written something in this round (else a kill during
-            # the JVM's start-up proves little), then after a random further delay.
-            while proc.poll() is None and written(watch, outputs) <= before:
+            # the JVM's start-up proves little): a random number of records, up to half the
+            # slice, so kills land anywhere in the round's batches, not only after its first
+            # write; then after a random further delay.
+            target = before + rng.randint(1, max(1, (cuts[i + 1] - cuts[i]) // 2))
+            while proc.poll() is None and written(watch, outputs) < target:
                 time.sleep(0.2)
             delay = rng.uniform(0, jitter)
             try:

@@ -20,10 +20,21 @@ def crash(msg):
     return msg.value
 
 
+# The chaos run's flaky messages fail their first FLAKY_FAILS attempts, then succeed: with the
+# chaos policy (1 immediate retry, 2 cycles) attempts 1-2 in the source batch and 3 in the first
+# retry cycle fail, attempt 4 succeeds.
+FLAKY_FAILS = 3
+
+
 def tagged(msg):
-    """The chaos run's handler: a value starting with b"poison" always fails; any other is
-    written with its original coordinates ("partition:offset:value"), so an audit can tell
-    each source offset's outcome and count the sink's duplicates."""
+    """The chaos run's handler: a value starting with b"poison" always fails; one starting with
+    b"flaky" fails its first FLAKY_FAILS attempts; any other (and a flaky one after that) is
+    written with its original coordinates and the attempt that succeeded
+    ("partition:offset:attempt:value"), so an audit can tell each source offset's outcome, check
+    that a retried message succeeded at exactly the attempt it should, and count the sink's
+    duplicates."""
     if msg.value.startswith(b"poison"):
         raise ValueError(f"poison at {msg.partition}/{msg.offset}")
-    return b"%d:%d:" % (msg.partition, msg.offset) + msg.value
+    if msg.value.startswith(b"flaky") and msg.attempt <= FLAKY_FAILS:
+        raise ConnectionError(f"flaky at {msg.partition}/{msg.offset}, attempt {msg.attempt}")
+    return b"%d:%d:%d:" % (msg.partition, msg.offset, msg.attempt) + msg.value
