@@ -196,13 +196,17 @@ def test_driver_pod_killed_mid_stream_loses_nothing_and_quarantines_nothing_twic
     produce(c.bootstrap, source, [(b"k%d" % i, b"poison-%d" % i if i % 300 == 150 else b"m%d" % i, None)
                                   for i in range(n)])
     # 10 ms a message and batches of 250: the stream takes long enough to be killed in,
-    # after its first batches.
+    # after its first batches. One retry cycle 20 s away: the driver is killed while poison
+    # messages wait in retry-1, so the new driver must run each of them once more, no more.
+    retry = f"{source}.retry-1"
     with c.consumer("kill", source, "antidote_test_handlers:slow_upper",
-                    {"retries": {"immediate": 0, "cycles": 0}},
+                    {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "20s"}},
                     sink={"kafka": {"topic": sink}}, max_batch=250):
         (driver,) = wait("the driver pod Running", lambda: c.running("kill", "driver", 1), 300)
-        written = wait("500 outputs in the sink",
-                       lambda: (k := len(read_all(c.bootstrap, sink))) >= 500 and k, 300)
+        written = wait("500 outputs in the sink and a retry record waiting",
+                       lambda: (k := len(read_all(c.bootstrap, sink))) >= 500
+                       and read_all(c.bootstrap, retry, missing_ok=True) and k, 300)
+        waiting = len(read_all(c.bootstrap, retry))
         c.kubectl("delete", "pod", driver.metadata.name, "-n", c.ns, "--grace-period=0", "--force")
         assert written < n - 10, f"the stream had ended ({written} outputs) before the kill"
         wait("a new driver pod Running", lambda: (p := c.running("kill", "driver", 1))
@@ -218,10 +222,14 @@ def test_driver_pod_killed_mid_stream_loses_nothing_and_quarantines_nothing_twic
     assert len(src) == n
     assert set(quarantined) == poison, sorted(set(quarantined) ^ poison)
     assert [w for w, k in quarantined.items() if k > 1] == [], "quarantined twice"
+    # Exact attempts across the kill: the first delivery and the one retry cycle, (0+1)(1+1).
+    attempts = [dict(r.headers)["antidote.attempts"] for r in read_all(c.bootstrap, f"{source}.poison")]
+    assert attempts == [b"2"] * len(poison), attempts
     assert not set(outputs) & poison
     lost = [w for w in src if w not in outputs and w not in quarantined]
     assert lost == []
-    print(f"driver killed after {written} of {n} outputs; sink duplicates (at-least-once): "
+    print(f"driver killed after {written} of {n} outputs, {waiting} retry record(s) waiting; "
+          "sink duplicates (at-least-once): "
           f"{sum(k - 1 for k in outputs.values())}")
 
 
