@@ -318,9 +318,15 @@ OWNED_FIELDS = {"ConfigMap": ("data",), "ServiceAccount": ("automountServiceAcco
                 "Job": ()}
 
 
+# Kinds whose annotations the operator owns too: the driver ServiceAccount's describe its
+# executors to the chart's admission policy, and must follow a changed image or secretRef.
+OWNED_ANNOTATIONS = {"ServiceAccount"}
+
+
 def owned_part(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata", {})
-    out: dict[str, Any] = {"metadata": {k: meta[k] for k in ("labels", "ownerReferences") if k in meta}}
+    keys = ("labels", "ownerReferences") + (("annotations",) if obj["kind"] in OWNED_ANNOTATIONS else ())
+    out: dict[str, Any] = {"metadata": {k: meta[k] for k in keys if k in meta}}
     for field in OWNED_FIELDS[obj["kind"]]:
         if field in obj:
             out[field] = obj[field]

@@ -12,6 +12,12 @@ from antidote_api.semantics import EffectiveSettings
 LABEL_CONSUMER = "antidote.dev/consumer"
 MANAGED_BY = "antidote-operator"
 SETTINGS_HASH = "antidote.dev/settings-hash"
+# On the driver's ServiceAccount: what its executor pods look like. The chart's admission
+# policy (templates/admission/) reads them (the ServiceAccount is its param) and lets the
+# driver's token create only such pods; the driver cannot edit its ServiceAccount.
+EXECUTOR_SA_ANNOTATION = "antidote.dev/executor-service-account"
+EXECUTOR_IMAGE_ANNOTATION = "antidote.dev/executor-image"
+EXECUTOR_SECRETS_ANNOTATION = "antidote.dev/executor-secrets"  # comma-separated names
 
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
 EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"

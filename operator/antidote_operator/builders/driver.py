@@ -22,7 +22,8 @@ from antidote_api.wire import CONFIG_DIR, HEALTH_PATH, SETTINGS_KEY
 
 # The shared layout (common.py), also reachable from here for the modules that import it so.
 from .common import (  # noqa: F401
-    LABEL_CONSUMER, SETTINGS_HASH, SPARK_DEFAULTS_KEY, EXECUTOR_TEMPLATE_KEY,
+    LABEL_CONSUMER, SETTINGS_HASH, EXECUTOR_SA_ANNOTATION, EXECUTOR_IMAGE_ANNOTATION,
+    EXECUTOR_SECRETS_ANNOTATION, SPARK_DEFAULTS_KEY, EXECUTOR_TEMPLATE_KEY,
     SECRETS_DIR, SPARK_AUTH_DIR, SPARK_AUTH_KEY, CONTAINER, EXECUTOR_CONTAINER, TMP_DIR,
     K8S_MASTER, RenderOptions, antidote_container, labels, selector, driver_host,
     metrics_url, _meta)
@@ -196,10 +197,21 @@ def build_configmap(settings: EffectiveSettings, opts: RenderOptions) -> dict[st
             "data": config_data(settings, opts)}
 
 
-def build_service_account(consumer: str) -> dict[str, Any]:
-    """The driver's: its pod mounts a token, which the RoleBinding lets manage executors."""
+def executor_secrets(settings: EffectiveSettings) -> list[str]:
+    """The Secrets Spark mounts in each executor (`spark.kubernetes.executor.secrets.*`)."""
+    return sorted({*secret_names(settings), child_names(settings.consumer).spark_auth_secret})
+
+
+def build_service_account(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, Any]:
+    """The driver's: its pod mounts a token, which the RoleBinding lets manage executors.
+    Its annotations describe those executors, for the chart's admission policy: the same
+    ServiceAccount, image and Secrets `spark_defaults` gives Spark."""
+    consumer = settings.consumer
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(child_names(consumer).service_account, consumer)}
+            "metadata": _meta(child_names(consumer).service_account, consumer, annotations={
+                EXECUTOR_SA_ANNOTATION: child_names(consumer).executor_service_account,
+                EXECUTOR_IMAGE_ANNOTATION: settings.spark.image or opts.image,
+                EXECUTOR_SECRETS_ANNOTATION: ",".join(executor_secrets(settings))})}
 
 
 def build_executor_service_account(consumer: str) -> dict[str, Any]:
@@ -364,7 +376,7 @@ def build_children(owner: Mapping[str, Any], settings: EffectiveSettings, *, rep
     cm = build_configmap(settings, opts)  # its data, rendered once, is also what the hash is of
     children = [
         cm,
-        build_service_account(settings.consumer),
+        build_service_account(settings, opts),
         build_executor_service_account(settings.consumer),
         build_role_binding(settings.consumer, opts),
         build_service(settings.consumer, opts),
