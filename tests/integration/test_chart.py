@@ -234,6 +234,7 @@ def test_podmonitor_selects_the_consumer_drivers(env) -> None:
     ("watch.namespaces={Not_A_Namespace}", "/watch/namespaces/0"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
     ("monitoring.serviceMonitor.interval=often", "/monitoring/serviceMonitor/interval"),
+    ("admissionPolicy.validationActions={Never}", "/admissionPolicy/validationActions/0"),
 ])
 def test_schema_refuses_a_bad_value_naming_it(bad, named, env) -> None:
     out = run(env, "helm", "template", "t", CHART, "--set", bad, check=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -97,6 +98,26 @@ def driver(api_client: client.ApiClient, namespace: str) -> Iterator[Driver]:
         d.close()
 
 
+def test_the_chart_renders_the_policy_bound_to_the_watched_namespaces(env) -> None:  # noqa: F811
+    def policy_docs(*sets: str) -> dict[str, dict[str, Any]]:
+        return {d["kind"]: d for d in template(env, *sets) if d["apiVersion"] == "admissionregistration.k8s.io/v1"}
+
+    every = policy_docs()
+    vap, binding = every["ValidatingAdmissionPolicy"], every["ValidatingAdmissionPolicyBinding"]
+    assert vap["metadata"]["name"] == binding["spec"]["policyName"] == "t-antidote-executor-pods"
+    assert vap["spec"]["failurePolicy"] == "Fail" and vap["spec"]["paramKind"] == {"apiVersion": "v1",
+                                                                                  "kind": "ServiceAccount"}
+    assert binding["spec"]["validationActions"] == ["Deny"] and "matchResources" not in binding["spec"]
+    assert binding["spec"]["paramRef"] == {"selector": {"matchExpressions": [
+        {"key": builders.LABEL_CONSUMER, "operator": "Exists"}]}, "parameterNotFoundAction": "Allow"}
+    listed = policy_docs("watch.namespaces={shop,billing}", "admissionPolicy.validationActions={Warn,Audit}")
+    spec = listed["ValidatingAdmissionPolicyBinding"]["spec"]
+    assert spec["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["shop", "billing"]}]
+    assert spec["validationActions"] == ["Warn", "Audit"]
+    assert policy_docs("admissionPolicy.enabled=false") == {}
+
+
 def _policy_docs(env, namespace: str) -> tuple[str, str]:  # noqa: F811
     """The chart's policy and binding, rendered by helm for this namespace only (the binding
     follows watch.namespaces): (release, the YAML to apply)."""
@@ -162,11 +183,13 @@ def _forged(d: Driver) -> dict[str, tuple[dict[str, Any], str]]:
         edit(pod, pod["spec"], pod["spec"]["containers"][0])
         out[what] = (pod, expect)
 
-    forge("another ServiceAccount", "may only create pods under ServiceAccount orders-executor",
+    forge("another ServiceAccount", "may only create pods under ServiceAccount orders-executor with "
+          "automountServiceAccountToken: false (this pod: default,",
           lambda p, s, c: s.update(serviceAccountName="default"))
-    forge("a token mounted", "automountServiceAccountToken: false",
+    forge("a token mounted", "(this pod: orders-executor, automountServiceAccountToken: true)",
           lambda p, s, c: s.update(automountServiceAccountToken=True))
-    forge("another Secret", "may only mount emptyDir and configMap volumes and the Secrets",
+    forge("another Secret", "may only mount emptyDir and configMap volumes and the Secrets "
+          "kafka-creds,orders-spark-auth in its pods",
           lambda p, s, c: s["volumes"].append({"name": "x", "secret": {"secretName": "other-consumer-creds"}}))
     forge("a Secret in env", "may only read the Secrets",
           lambda p, s, c: c["env"].append({"name": "X", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}))
@@ -219,7 +242,10 @@ def test_the_driver_token_creates_its_own_executors_and_nothing_else(driver: Dri
     run(env, "kubectl", "apply", "-f", "-", stdin=text)
     try:
         wait_for(lambda: _policy_in_force(driver), "the policy to refuse a forged pod", timeout=60)
-        # (a) its own executor pod, as Spark builds it: admitted.
+        # (a) its own executor pod, as Spark builds it: admitted. Every expression compiled
+        # and evaluated to true for it (one that does not compile fails closed: the pod would
+        # be refused with a compile error; the stack has no controller-manager to fill in the
+        # policy's status.typeChecking). executor pod, as Spark builds it: admitted.
         admitted = driver.create(executor_pod(driver))
         assert admitted.spec.service_account_name == "orders-executor"
         refusals = {}
@@ -308,20 +334,60 @@ def test_a_real_spark_driver_under_the_policy_gets_its_executor(driver: Driver, 
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "1s",
     })
     log = tmp_path / "driver.log"
+    # Only the token: Spark's Kubernetes client would also load the admin's kubeconfig.
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env["KUBECONFIG"] = str(tmp_path / "no-kubeconfig")
     proc = subprocess.Popen([sys.executable, "-c", DRIVER_SCRIPT, json.dumps(conf)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+                            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "STARTED", log.read_text()[-3000:]
         (pod,) = wait_for(lambda: driver.admin.list_namespaced_pod(namespace, label_selector="spark-role=executor").items,
                           "Spark's executor pod, admitted", timeout=90)
         assert pod.spec.service_account_name == "orders-executor" and pod.spec.containers[0].image == IMAGE
         assert {v.secret.secret_name for v in pod.spec.volumes if v.secret} == {"kafka-creds", "orders-spark-auth"}
-        # Spark labels it (patch) when it is done with it, and deletes it at stop.
+        # Spark deletes it at stop (DELETE, which the policy does not restrict).
         proc.stdin.write("stop\n")
         proc.stdin.flush()
         assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+        assert not driver.admin.list_namespaced_pod(namespace, label_selector="spark-role=executor").items
         text = log.read_text()
         assert "ValidatingAdmissionPolicy" not in text and "Forbidden" not in text, text[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_operator_describes_each_driver_and_keeps_the_description_current(api_client: client.ApiClient,
+                                                                              namespace: str, kubeconfig: str,
+                                                                              kafka_bootstrap: str, tmp_path) -> None:
+    """`antidote operator` writes the annotations on the driver's ServiceAccount, adds them to
+    one an older operator made without them, and follows a changed spec.spark.image (which
+    the policy would otherwise refuse for the new driver's executors)."""
+    from .operator_util import Cluster, consumer, install_crds, operator, policy
+
+    install_crds(api_client)
+    k = Cluster(api_client, namespace)
+    k.create(policy("p"))
+    # "old" as an older operator left it: labelled, no annotations.
+    k.core.create_namespaced_service_account(namespace, {"metadata": {
+        "name": "old-driver", "labels": builders.labels("old")}})
+    k.create(consumer("old", "p", kafka_bootstrap, "old"))
+    k.create(consumer("new", "p", kafka_bootstrap, "new", spark={"image": "shop/new:1"}))
+
+    def described(name: str) -> dict[str, str]:
+        ann = k.core.read_namespaced_service_account(f"{name}-driver", namespace).metadata.annotations or {}
+        return {key: v for key, v in ann.items() if key.startswith("antidote.dev/executor-")}
+
+    # The operator subprocess imports the code under test (a PYTHONPATH given to pytest wins
+    # over the operator helper's default, the repository root).
+    env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else None
+    with operator(kubeconfig, namespace, tmp_path, env=env):
+        assert wait_for(lambda: described("old"), "the older driver ServiceAccount described") == {
+            builders.EXECUTOR_SA_ANNOTATION: "old-executor",
+            builders.EXECUTOR_IMAGE_ANNOTATION: RenderOptions().image,
+            builders.EXECUTOR_SECRETS_ANNOTATION: "old-spark-auth"}
+        assert wait_for(lambda: described("new"), "the new driver ServiceAccount described")[
+            builders.EXECUTOR_IMAGE_ANNOTATION] == "shop/new:1"
+        k.patch("queueconsumers", "new", {"spec": {"spark": {"image": "shop/new:2"}}})
+        wait_for(lambda: described("new")[builders.EXECUTOR_IMAGE_ANNOTATION] == "shop/new:2",
+                 "the image annotation following spec.spark.image")
