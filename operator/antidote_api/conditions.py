@@ -47,6 +47,9 @@ class ReadyReason(StrEnum):
     PAUSED = "Paused"
     QUEUE_DISABLED = "QueueDisabled"  # while the disabling reason is unknown
     VALID = "Valid"  # a PoisonPolicy's Ready
+    # An object of a child's name exists and is not this consumer's: left unchanged, and the
+    # driver (or the reader Job) that would need it is not started (also the Warning Event's).
+    CHILD_CONFLICT = "ChildConflict"
 
 
 class PausedReason(StrEnum):

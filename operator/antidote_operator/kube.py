@@ -18,6 +18,8 @@ import aiohttp
 
 from antidote_api.types import GROUP, VERSION
 
+from .ownership import conflict_of
+
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -70,6 +72,11 @@ class ApiError(Exception):
 
 class Conflict(Exception):
     """The object changed since it was read (HTTP 409): read it again and recompute."""
+
+
+class NotOwned(Exception):
+    """An object of a child's name exists and is not that consumer's (ownership): nothing of
+    it was written. The message says which, for Ready and the Warning Event."""
 
 
 def status_message(data: bytes) -> str:
@@ -265,9 +272,17 @@ class Kube:
                 return None
             raise
 
-    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
-        """True when it was there; the server's default propagation (background) applies."""
-        return await self.call("DELETE", kind.path(namespace, name)) is not None
+    async def delete(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None,
+                     propagation: str | None = None) -> bool:
+        """True when it was there; the server's default propagation (background) applies.
+        `uid`: only that very object (a precondition; another of the same name is a 409)."""
+        options: dict[str, Any] = {}
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        if propagation is not None:
+            options["propagationPolicy"] = propagation
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **options} if options else None
+        return await self.call("DELETE", kind.path(namespace, name), body) is not None
 
     async def post_event(self, regarding: Mapping[str, Any], *, type: str, reason: str, message: str,
                          component: str, instance: str) -> None:
@@ -324,8 +339,9 @@ OWNED_ANNOTATIONS = {"ServiceAccount"}
 
 
 def owned_part(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields `apply` compares and writes (and, for `listed_children`, the uid)."""
     meta = obj.get("metadata", {})
-    keys = ("labels", "ownerReferences") + (("annotations",) if obj["kind"] in OWNED_ANNOTATIONS else ())
+    keys = ("labels", "ownerReferences", "uid") + (("annotations",) if obj["kind"] in OWNED_ANNOTATIONS else ())
     out: dict[str, Any] = {"metadata": {k: meta[k] for k in keys if k in meta}}
     for field in OWNED_FIELDS[obj["kind"]]:
         if field in obj:
@@ -338,6 +354,8 @@ async def apply(kube: Kube, desired: Mapping[str, Any], *, create_first: bool = 
     """Create `desired`, or patch the fields the operator owns when they differ.
 
     Returns "created", "updated" or "unchanged"; writes nothing when nothing differs.
+    Raises `NotOwned`, having written nothing, when an object of its name exists without an
+    ownerReference to `desired`'s owner (ownership): a name is no proof of ownership.
     `create_first`: the object is most likely absent (its owner was never reconciled), so
     try the create without reading first; if it exists after all (409), read and compare
     as usual. The outcome is the same either way, one request fewer when it was absent.
@@ -360,13 +378,21 @@ async def apply(kube: Kube, desired: Mapping[str, Any], *, create_first: bool = 
             have = await kube.get(kind, ns, name)
             if have is None:
                 raise
+    conflict = conflict_of(desired, have)
+    if conflict is not None:
+        raise NotOwned(conflict)
+    # The object as checked, and no other: an object replaced under the same name since it was
+    # read fails the write (a uid precondition) instead of being taken over.
+    uid = (have.get("metadata") or {}).get("uid")
     if desired["kind"] == "RoleBinding" and have.get("roleRef") != desired["roleRef"]:
         # An older operator bound a Role of its own; the server refuses to change a roleRef.
-        await kube.delete(kind, ns, name)
+        await kube.delete(kind, ns, name, uid=uid)
         await kube.create(kind, ns, desired)
         return "updated"
     if is_subset(want, have):
         return "unchanged"
+    if uid:
+        want["metadata"]["uid"] = uid
     await kube.patch(kind, ns, name, want)
     return "updated"
 

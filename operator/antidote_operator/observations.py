@@ -77,6 +77,7 @@ class Termination:
 class DeploymentView:
     replicas: int
     available: int
+    uid: str | None = None  # the consumer's own Deployment's: a scale is conditional on it
 
 
 @dataclass(frozen=True)

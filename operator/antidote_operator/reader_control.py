@@ -18,7 +18,7 @@ from antidote_api.names import reader_service_account
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.times import parse_time
 
-from . import kube
+from . import kube, ownership
 from . import reader_jobs as rj
 from .builders import reader_job
 from .builders.common import LABEL_CONSUMER
@@ -40,6 +40,9 @@ class Outcome:
     transitions: list[rj.Transition] = field(default_factory=list)
     consume_drain: bool = False
     recheck_at: datetime | None = None  # when a schedule needs another look
+    # An object of the reader's names that is not the consumer's (ownership), met starting a
+    # Job; None: none met; False: no Job was started, nothing learnt (the last one stands).
+    conflict: str | None | bool = False
 
 
 # --- watch streams -------------------------------------------------------------------------------
@@ -49,8 +52,8 @@ def on_job(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
     if not ns:
         return
     view = ctx.reader_index.put(ns, body, deleted)
-    if ctx.devrunner is not None:
-        ctx.devrunner.observe_job(body, deleted)
+    if ctx.devrunner is not None and ownership.owned_by_a_consumer(body):
+        ctx.devrunner.observe_job(body, deleted)  # it plays kubelet for consumers' children only
     if view is not None and ctx.registry.peek(ns, view.consumer) is not None:
         ctx.syncer.kick(ns, view.consumer)
 
@@ -89,24 +92,35 @@ async def _ensure_listed(ctx: Context, ns: str) -> None:
 
 
 async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSettings,
-                      spawn: rj.Spawn, depth: int | None) -> rj.JobView | None:
+                      spawn: rj.Spawn, depth: int | None) -> rj.JobView | str | None:
+    """The Job started (or found, the consumer's own); a str: the conflict that kept it from
+    starting (its ServiceAccount or a Job of its name is another's; nothing was written)."""
     ns, name = qc["metadata"]["namespace"], qc["metadata"]["name"]
     sa = reader_job.build_reader_service_account(name)
     job = reader_job.build_reader_job(settings, ctx.options.render, trigger=spawn.trigger, name=spawn.name,
                               request=spawn.request, depth=depth, job_opts=ctx.options.reader_jobs)
     reader_job.adopt(qc, sa, job)
-    if await kube.apply(ctx.kube, sa) == "created":
-        ctx.metrics.child_writes.labels("ServiceAccount", "created").inc()
+    try:
+        if await kube.apply(ctx.kube, sa) == "created":
+            ctx.metrics.child_writes.labels("ServiceAccount", "created").inc()
+    except kube.NotOwned as err:
+        log.warning("%s/%s: %s", ns, name, err)
+        return str(err)  # the Job would run under another's ServiceAccount
     try:
         body = await ctx.kube.create(kube.JOB, ns, job)
         ctx.metrics.child_writes.labels("Job", "created").inc()
         log.info("created Job %s/%s: %s", ns, spawn.name, spawn.reason)
     except kube.Conflict:
-        # Created before (a restart between creating it and recording it): adopt it.
+        # Created before (a restart between creating it and recording it): adopt it, if it is
+        # the consumer's own; another's Job of that name is neither adopted nor reported on.
         body = await ctx.kube.get(kube.JOB, ns, spawn.name)
-        log.info("Job %s/%s exists already; adopted", ns, spawn.name)
         if body is None:
             return None
+        conflict = ownership.conflict_of(job, body)
+        if conflict is not None:
+            log.warning("%s/%s: %s", ns, name, conflict)
+            return conflict
+        log.info("Job %s/%s exists already; adopted", ns, spawn.name)
     return ctx.reader_index.put(ns, body)
 
 
@@ -128,14 +142,18 @@ async def step(ctx: Context, st: ConsumerState, qc: Mapping[str, Any],
             out.events.append(Event("Warning", "DrainInvalid",
                                     f"The {rj.DRAIN_ANNOTATION} annotation cannot be read: "
                                     f"{p.invalid_drain}. It was removed; nothing was started."))
+        out.conflict = None
         if p.spawn is not None:
             view = await _create_job(ctx, qc, settings, p.spawn, depth)
-            if view is not None:
+            if isinstance(view, str):
+                out.conflict = view
+            elif view is not None:
                 jobs = ctx.reader_index.of(ns, name)
         elif p.waiting and p.waiting != st.reader_waiting:
             log.info("%s/%s: %s", ns, name, p.waiting)
         st.reader_waiting = p.waiting
-        out.consume_drain = p.consume_drain
+        # A drain that could not start is kept: asked again once the conflict is gone.
+        out.consume_drain = p.consume_drain and out.conflict is None
         if settings.reader.trigger.schedule:
             # Cron has minute resolution: look again just after the next minute starts.
             out.recheck_at = now.replace(second=1, microsecond=0) + timedelta(minutes=1)
@@ -161,17 +179,22 @@ def count(ctx: Context, ns: str, name: str, t: rj.Transition) -> None:
 async def delete_reader_objects(ctx: Context, namespace: str, name: str, uid: str) -> list[str]:
     deleted: list[str] = []
     for job in await ctx.kube.list(kube.JOB, namespace, f"{LABEL_CONSUMER}={name},app.kubernetes.io/component={reader_job.COMPONENT}"):
-        owners = job["metadata"].get("ownerReferences") or []
-        if any(o.get("uid") == uid for o in owners):
-            # Background: the Job's pods go too (the API's default for Jobs orphans them).
-            out = await ctx.kube.call("DELETE", kube.JOB.path(namespace, job["metadata"]["name"]),
-                                      {"apiVersion": "v1", "kind": "DeleteOptions",
-                                       "propagationPolicy": "Background"})
-            if out is not None:
-                deleted.append(f"Job/{job['metadata']['name']}")
+        if ownership.owned_by(job, uid):
+            # Background: the Job's pods go too (the API's default for Jobs orphans them). That
+            # very Job (its uid): one replaced under its name since the list is another's.
+            try:
+                if await ctx.kube.delete(kube.JOB, namespace, job["metadata"]["name"],
+                                         uid=job["metadata"]["uid"], propagation="Background"):
+                    deleted.append(f"Job/{job['metadata']['name']}")
+            except kube.Conflict:
+                pass
     sa = await ctx.kube.get(kube.SERVICE_ACCOUNT, namespace, reader_service_account(name))
-    if sa is not None and any(o.get("uid") == uid for o in sa["metadata"].get("ownerReferences") or []):
-        if await ctx.kube.delete(kube.SERVICE_ACCOUNT, namespace, reader_service_account(name)):
-            deleted.append(f"ServiceAccount/{reader_service_account(name)}")
+    if sa is not None and ownership.owned_by(sa, uid):
+        try:
+            if await ctx.kube.delete(kube.SERVICE_ACCOUNT, namespace, reader_service_account(name),
+                                     uid=sa["metadata"]["uid"]):
+                deleted.append(f"ServiceAccount/{reader_service_account(name)}")
+        except kube.Conflict:
+            pass
     ctx.reader_index.forget(namespace, name)
     return deleted

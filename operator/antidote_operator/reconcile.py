@@ -24,7 +24,7 @@ from antidote_api.times import parse_time
 from antidote_api.types import API_VERSION
 from antidote_api.wire import DRAIN_ANNOTATION
 
-from . import autoscaler, kube, reader_control
+from . import autoscaler, kube, ownership, reader_control
 from .builders import driver
 from .builders.common import LABEL_CONSUMER, RenderOptions
 from .context import Context, brief
@@ -86,8 +86,11 @@ async def sync_consumer(ctx: Context, namespace: str, name: str, *,
         raise kopf.TemporaryError(f"{namespace}/{name} kept changing while being reconciled", delay=1)
 
 
-async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify: bool) -> bool:
-    """One observe-decide-act pass; False when the status write lost a race (re-read)."""
+async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify: bool,
+                     again: bool = False) -> bool:
+    """One observe-decide-act pass; False when the status write lost a race (re-read).
+    A child found not to be the consumer's (or no longer) is an observation made while
+    acting: the pass is done `again` with it, before anything is stored or posted."""
     # Long on purpose: the writes (children, replicas, annotations, status, Events) are in the
     # order that keeps a crash between two of them harmless; one function keeps that order visible.
     meta = qc["metadata"]
@@ -109,20 +112,22 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         dep_name = child_names(name).deployment
         dep = (listed.get(("Deployment", dep_name)) if listed is not None
                else await ctx.kube.get(kube.DEPLOYMENT, ns, dep_name))
-        if dep is not None:
+        if dep is not None and ownership.owned_by(dep, st.uid):
             st.deployment = deployment_view(dep)
     d = decide(Inputs(
         name=name, namespace=ns, generation=int(meta.get("generation", 1)), spec=spec,
         annotations=meta.get("annotations") or {}, status=qc.get("status") or {}, policy=policy,
         now=datetime.now(timezone.utc), deployment=st.deployment, sample=st.sample,
         termination=st.termination, poison=st.poison,
-        poison_event_interval=ctx.options.poison_event_interval))
+        poison_event_interval=ctx.options.poison_event_interval, conflict=st.conflict))
+    conflict = st.conflict
     # spec.spark.autoscale: the executor count joins the settings, status and Events.
     autoscaler.step(st, d, qc.get("status"), datetime.now(timezone.utc))
 
     # Act on the Deployment first: scaling to 0 is what protects the queue.
     opts = ctx.options.render
     rendered = False
+    child_conflict = st.child_conflict
     if d.settings is not None and d.replicas is not None:
         # Building the children is the costly part of a sync; the inputs' key says whether
         # they can differ from what this process last applied.
@@ -130,29 +135,36 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         if verify or key != st.rendered:
             children = driver.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
             await _ensure_spark_auth_secret(ctx, qc)
-            for child in children:
-                action = await kube.apply(ctx.kube, child, create_first=fresh, listed=listed)
-                if action != "unchanged":
-                    ctx.metrics.child_writes.labels(child["kind"], action).inc()
-                    log.info("%s %s %s/%s", action, child["kind"], ns, child["metadata"]["name"])
-            st.rendered, rendered = key, True
-            _observe_scale(ctx, st, d.replicas)
-    if not rendered and d.replicas is not None and (
-            st.deployment is None or st.deployment.replicas != d.replicas):
+            child_conflict = await _apply_children(ctx, children, fresh=fresh, listed=listed)
+            if child_conflict is None:
+                st.rendered, rendered = key, True
+                _observe_scale(ctx, st, d.replicas)
+    # Scaling alone: the consumer's own Deployment only (st.deployment is never another's; its
+    # uid, once seen, a precondition), and while a child is in conflict only down, to 0: a
+    # driver that would run under a foreign ServiceAccount is not started.
+    if not rendered and d.replicas is not None and st.deployment is not None and (
+            st.deployment.replicas != d.replicas) and (child_conflict is None or d.replicas == 0):
         # Only the replicas differ (pause, disable, resume), or the configuration is broken
         # but scaling needs none of it: one small patch, the fast path of a disable. On the
         # scale subresource: the API server answers with a small Scale instead of encoding
         # the whole Deployment, which took 1,000 disables at once from a p99 of 1.6-2.1 s
         # to 1.0-1.1 s on the API server alone (docs/performance.md).
-        scaled = await ctx.kube.patch(kube.DEPLOYMENT, ns, child_names(name).deployment,
-                                      {"spec": {"replicas": d.replicas}}, subresource="scale",
-                                      urgent=d.replicas == 0)
+        scale: dict[str, Any] = {"spec": {"replicas": d.replicas}}
+        if st.deployment.uid:
+            scale["metadata"] = {"uid": st.deployment.uid}
+        scaled = await ctx.kube.patch(kube.DEPLOYMENT, ns, child_names(name).deployment, scale,
+                                      subresource="scale", urgent=d.replicas == 0)
         if scaled is not None:
             _observe_scale(ctx, st, d.replicas)
     st.desired_replicas = d.replicas
 
     # Reader Jobs: start what a trigger asks for; their results join this status write.
     reader = await reader_control.step(ctx, st, qc, d.settings)
+    st.child_conflict = child_conflict
+    if reader.conflict is not False:
+        st.reader_conflict = reader.conflict
+    if st.conflict != conflict and not again:
+        return await _sync_once(ctx, st, qc, verify, again=True)
     if reader.reader_jobs is not None:
         d.status["readerJobs"] = reader.reader_jobs
     patch = status_patch(qc.get("status"), d.status)
@@ -207,9 +219,28 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     return True
 
 
+async def _apply_children(ctx: Context, children: list[dict[str, Any]], *, fresh: bool,
+                          listed: Mapping[tuple[str, str], Mapping[str, Any]] | None) -> str | None:
+    """Apply the children in order (the Deployment last); at the first object of a child's
+    name that is not the consumer's, stop and return why: what follows it (the Deployment
+    runs under the ServiceAccounts) is neither created nor changed."""
+    for child in children:
+        try:
+            action = await kube.apply(ctx.kube, child, create_first=fresh, listed=listed)
+        except kube.NotOwned as err:
+            log.warning("%s/%s: %s", child["metadata"]["namespace"], child["metadata"]["name"], err)
+            return str(err)
+        if action != "unchanged":
+            ctx.metrics.child_writes.labels(child["kind"], action).inc()
+            log.info("%s %s %s/%s", action, child["kind"], child["metadata"]["namespace"],
+                     child["metadata"]["name"])
+    return None
+
+
 def _observe_scale(ctx: Context, st: ConsumerState, replicas: int) -> None:
     available = st.deployment.available if st.deployment else 0
-    st.deployment = DeploymentView(replicas=replicas, available=min(available, replicas))
+    uid = st.deployment.uid if st.deployment else None
+    st.deployment = DeploymentView(replicas=replicas, available=min(available, replicas), uid=uid)
     if replicas == 0 and st.disabled_seen_at is not None:
         ctx.metrics.disable_seconds.observe(time.monotonic() - st.disabled_seen_at)
         st.disabled_seen_at = None
@@ -249,10 +280,14 @@ async def delete_children(ctx: Context, namespace: str, name: str, uid: str) -> 
         obj = await ctx.kube.get(kind, namespace, child_name)
         if obj is None:
             continue
-        owners = obj.get("metadata", {}).get("ownerReferences") or []
-        if not any(o.get("uid") == uid for o in owners):
+        if not ownership.owned_by(obj, uid):
             continue
-        if await ctx.kube.delete(kind, namespace, child_name):
+        # That very object: one replaced under its name since the read is another's (a 409).
+        try:
+            gone = await ctx.kube.delete(kind, namespace, child_name, uid=obj["metadata"]["uid"])
+        except kube.Conflict:
+            continue
+        if gone:
             deleted.append(f"{kind_name}/{child_name}")
     # The Secret cannot be read to check its owner (no `get` on Secrets): its name is
     # reserved for the consumer's (docs/operator.md).
@@ -290,7 +325,8 @@ def note_termination(ctx: Context, st: ConsumerState, term: Termination | None) 
 def deployment_view(body: Mapping[str, Any]) -> DeploymentView:
     spec, status = body.get("spec") or {}, body.get("status") or {}
     return DeploymentView(replicas=int(spec.get("replicas", 1)),
-                          available=int(status.get("availableReplicas", 0) or 0))
+                          available=int(status.get("availableReplicas", 0) or 0),
+                          uid=(body.get("metadata") or {}).get("uid"))
 
 
 def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
@@ -299,18 +335,21 @@ def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
     consumer = (meta.get("labels") or {}).get(LABEL_CONSUMER)
     if not ns or not consumer:
         return
-    if ctx.devrunner is not None:
-        ctx.devrunner.observe(body, deleted)
+    if ctx.devrunner is not None and ownership.owned_by_a_consumer(body):
+        ctx.devrunner.observe(body, deleted)  # it plays kubelet for consumers' children only
     st = ctx.registry.peek(ns, consumer)
     if st is None:
         return  # not a consumer this operator knows (yet): its handlers will sync it
+    if st.uid is not None and not ownership.owned_by(body, st.uid):
+        return  # another's Deployment of the consumer's name: neither its driver nor its state
     if deleted:
         st.deployment, st.rendered = None, None
         ctx.syncer.kick(ns, consumer, verify=True)  # recreated unless the consumer is going
         return
     view = deployment_view(body)
     annotations = meta.get("annotations") or {}
-    changed = view != st.deployment
+    changed = st.deployment is None or (view.replicas, view.available) != (
+        st.deployment.replicas, st.deployment.available)
     # First seen while a sync of the consumer runs: most often the Deployment that sync has
     # just created (its watch event can come before the create's answer), and the sync
     # records it as it ends. A kick would run the whole sync again, for ~1 in 4 consumers of

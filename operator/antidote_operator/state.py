@@ -49,6 +49,14 @@ class ConsumerState:
     driver_ready_at: datetime | None = None
     executors: tuple[int, int] | None = None  # status.executors (current, desired) as last written
     reader_waiting: str | None = None  # a reader trigger waiting for the active Job (logged once)
+    # An object of a child's name that is not this consumer's (ownership), as last met by
+    # the children's apply and by the reader's: Ready's reason until it is gone.
+    child_conflict: str | None = None
+    reader_conflict: str | None = None
+
+    @property
+    def conflict(self) -> str | None:
+        return self.child_conflict or self.reader_conflict
 
 
 class Registry:

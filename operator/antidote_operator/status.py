@@ -36,6 +36,11 @@ from .status_messages import disable_message, poison_summary
 EXIT_BAD_SETTINGS = ExitCode.BAD_SETTINGS
 SETTINGS_REJECTED = ConfigReason.SETTINGS_REJECTED.value
 
+# While an object of a child's name is not the consumer's, it is looked at again this often:
+# its deletion comes on no watch stream the operator holds (a foreign object has no labels of
+# the consumer's), and the consumer starts soon after it is gone.
+CONFLICT_RECHECK = timedelta(seconds=10)
+
 READY, PAUSED = ConditionType.READY.value, ConditionType.PAUSED.value
 DISABLED, POISON = ConditionType.QUEUE_DISABLED.value, ConditionType.POISON_DETECTED.value
 
@@ -55,6 +60,8 @@ class Inputs:
     termination: Termination | None = None
     poison: PoisonMemory = PoisonMemory()
     poison_event_interval: float = 60.0
+    # An object of a child's name that is not the consumer's (its message); None: none met.
+    conflict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +315,10 @@ def _ready(p: _Pass) -> None:
     before = p.was(READY)
     running = i.deployment is not None and i.deployment.available >= 1
     rejected = i.termination.rejected_settings() if i.termination is not None else None
+    if p.problem is None and i.conflict is not None:
+        # After a broken spec or policy (which builds no children at all), before the rest.
+        p.problem = (ReadyReason.CHILD_CONFLICT, i.conflict)
+        p.recheck(p.now + CONFLICT_RECHECK)
     if p.problem is None and rejected is not None and not running and not (p.paused or p.disabled):
         # Until a driver runs again (a fixed spec or image): the driver's line says what to fix.
         p.problem = (SETTINGS_REJECTED, f"The driver refused its settings and exited with code "

@@ -40,9 +40,14 @@ class Server:
         return {}
 
 
+OWNER = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer", "name": "orders", "uid": "uid-orders",
+         "controller": True, "blockOwnerDeletion": True}
+
+
 def configmap(value: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orders-settings", "namespace": "shop",
-            "labels": {"antidote.dev/consumer": "orders"}}, "data": {"settings.yaml": value}}
+            "labels": {"antidote.dev/consumer": "orders"}, "ownerReferences": [OWNER]},
+            "data": {"settings.yaml": value}}
 
 
 def apply(server: Server, desired: dict[str, Any], create_first: bool) -> str:

@@ -175,8 +175,10 @@ class Lister:
 
 
 def cm(consumer: str, value: str) -> dict[str, Any]:
+    owner = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer", "name": consumer, "uid": f"uid-{consumer}"}
     return {"metadata": {"name": f"{consumer}-settings", "namespace": "shop", "managedFields": [{"big": 1}],
-                         "labels": {"antidote.dev/consumer": consumer}}, "data": {"settings.yaml": value}}
+                         "labels": {"antidote.dev/consumer": consumer}, "ownerReferences": [owner]},
+            "data": {"settings.yaml": value}}
 
 
 def test_children_are_listed_once_per_kind_and_handed_out_once() -> None:
@@ -190,7 +192,8 @@ def test_children_are_listed_once_per_kind_and_handed_out_once() -> None:
         assert orders is not None and got[2] is None
         assert orders[("ConfigMap", "orders-settings")] == {
             "kind": "ConfigMap", "metadata": {"name": "orders-settings",
-                                              "labels": {"antidote.dev/consumer": "orders"}},
+                                              "labels": {"antidote.dev/consumer": "orders"},
+                                              "ownerReferences": cm("orders", "a")["metadata"]["ownerReferences"]},
             "data": {"settings.yaml": "a"}}  # slim: no managedFields
         assert await children.take("shop", "orders") is None  # once; then GETs as before
         # The outcome is the one of GETs: as desired -> nothing; differs -> patched; absent -> created.
