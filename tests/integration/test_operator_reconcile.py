@@ -218,11 +218,14 @@ def test_a_driver_role_binding_of_an_older_operator_is_replaced(k: Cluster, kube
     """Older operators bound a Role of their own; a roleRef cannot be changed in place, so the
     binding is replaced by one to the drivers' ClusterRole."""
     k.create(policy("p"))
+    qc = k.create(consumer("up", "p", kafka_bootstrap, "up"))
+    # The older operator's binding: owned by the consumer, as every child (kopf.adopt).
+    owner = {"apiVersion": qc["apiVersion"], "kind": "QueueConsumer", "name": "up", "uid": qc["metadata"]["uid"],
+             "controller": True, "blockOwnerDeletion": True}
     k.rbac.create_namespaced_role_binding(k.ns, {
-        "metadata": {"name": "up-driver", "labels": {"antidote.dev/consumer": "up"}},
+        "metadata": {"name": "up-driver", "labels": {"antidote.dev/consumer": "up"}, "ownerReferences": [owner]},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "up-driver"},
         "subjects": [{"kind": "ServiceAccount", "name": "up-driver"}]})
-    k.create(consumer("up", "p", kafka_bootstrap, "up"))
     with operator(kubeconfig, k.ns, tmp_path):
         wait_for(lambda: k.rbac.read_namespaced_role_binding("up-driver", k.ns).role_ref.kind == "ClusterRole",
                  "the binding replaced", errors=(client.ApiException,))
