@@ -68,7 +68,10 @@ class Operator:
         self.argv = [ANTIDOTE, "operator", "--namespace", namespace, "--metrics-port", str(self.metrics_port),
                      "--scrape-interval", "0.5", "--poison-event-interval", "5",
                      *(["--finalizer"] if finalizer else []), *extra]
-        self.env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": str(ROOT), **(env or {})}
+        # The test's PYTHONPATH after the repository: a checkout (a git worktree) runs its own
+        # operator, not the one the venv was installed from.
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        self.env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": path, **(env or {})}
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
