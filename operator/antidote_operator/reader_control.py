@@ -104,8 +104,7 @@ async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSe
         if await kube.apply(ctx.kube, sa) == "created":
             ctx.metrics.child_writes.labels("ServiceAccount", "created").inc()
     except kube.NotOwned as err:
-        log.warning("%s/%s: %s", ns, name, err)
-        return str(err)  # the Job would run under another's ServiceAccount
+        return str(err)  # the Job would run under another's ServiceAccount (logged with its Event)
     try:
         body = await ctx.kube.create(kube.JOB, ns, job)
         ctx.metrics.child_writes.labels("Job", "created").inc()
@@ -118,7 +117,6 @@ async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSe
             return None
         conflict = ownership.conflict_of(job, body)
         if conflict is not None:
-            log.warning("%s/%s: %s", ns, name, conflict)
             return conflict
         log.info("Job %s/%s exists already; adopted", ns, spawn.name)
     return ctx.reader_index.put(ns, body)

@@ -228,8 +228,7 @@ async def _apply_children(ctx: Context, children: list[dict[str, Any]], *, fresh
         try:
             action = await kube.apply(ctx.kube, child, create_first=fresh, listed=listed)
         except kube.NotOwned as err:
-            log.warning("%s/%s: %s", child["metadata"]["namespace"], child["metadata"]["name"], err)
-            return str(err)
+            return str(err)  # logged with its Event, once, not at each look every 10 s
         if action != "unchanged":
             ctx.metrics.child_writes.labels(child["kind"], action).inc()
             log.info("%s %s %s/%s", action, child["kind"], child["metadata"]["namespace"],
