@@ -127,3 +127,48 @@ def test_another_rolebinding_of_the_drivers_name_is_neither_replaced_nor_patched
         assert (after.metadata.uid, after.metadata.resource_version) == (
             before.metadata.uid, before.metadata.resource_version)
         assert k.deployment("rb") is None
+
+
+def test_a_write_is_refused_when_the_object_was_replaced_under_the_same_name_since_it_was_checked(
+        kubeconfig: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What makes the check hold between the read and the write: the API server refuses a
+    patch carrying the checked uid, a Scale with it, a delete with it as a precondition,
+    when another object of the name is there now; that object is not touched."""
+    import asyncio
+
+    from antidote_operator import kube
+
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+
+    async def scenario(k: kube.Kube) -> None:
+        dep = team_deployment("web")
+        checked = await k.create(kube.DEPLOYMENT, namespace, dep)
+        await k.delete(kube.DEPLOYMENT, namespace, "web")
+        theirs = await k.create(kube.DEPLOYMENT, namespace, dep)  # replaced: another uid
+        old_uid, rv = checked["metadata"]["uid"], theirs["metadata"]["resourceVersion"]
+        assert theirs["metadata"]["uid"] != old_uid
+        with pytest.raises(kube.ApiError) as err:  # a uid cannot be changed: 422, not applied
+            await k.patch(kube.DEPLOYMENT, namespace, "web",
+                          {"metadata": {"uid": old_uid, "labels": {"antidote.dev/consumer": "web"}}})
+        assert err.value.status == 422 and "metadata.uid" in err.value.message
+        with pytest.raises(kube.Conflict):
+            await k.patch(kube.DEPLOYMENT, namespace, "web", {"metadata": {"uid": old_uid}, "spec": {"replicas": 0}},
+                          subresource="scale")
+        with pytest.raises(kube.Conflict):
+            await k.delete(kube.DEPLOYMENT, namespace, "web", uid=old_uid)
+        now = await k.get(kube.DEPLOYMENT, namespace, "web")
+        assert now is not None and now["metadata"]["resourceVersion"] == rv
+        # With the uid that is there, each goes through.
+        uid = theirs["metadata"]["uid"]
+        assert await k.patch(kube.DEPLOYMENT, namespace, "web", {"metadata": {"uid": uid}, "spec": {"replicas": 1}},
+                             subresource="scale") is not None
+        assert await k.delete(kube.DEPLOYMENT, namespace, "web", uid=uid)
+
+    async def main() -> None:
+        k = kube.Kube.from_environment()
+        try:
+            await scenario(k)
+        finally:
+            await k.close()
+
+    asyncio.run(main())
