@@ -210,3 +210,41 @@ def test_another_deployment_with_the_consumers_label_is_neither_run_nor_counted(
     mine["metadata"]["ownerReferences"] = [ref("uid-web")]
     on_deployment(ctx, mine, False)
     assert observed == ["run", "kick"] and st.deployment == DeploymentView(replicas=1, available=1, uid="theirs")
+
+
+# --- reader Jobs: not under another's ServiceAccount, another's Job not adopted ---------------
+
+def reader_ctx(server: Server) -> Any:
+    from antidote_operator.builders.reader_job import JobOptions
+    from antidote_operator.state import JobIndex
+
+    return SimpleNamespace(kube=server, metrics=OperatorMetrics(Registry()), reader_index=JobIndex(),
+                           options=SimpleNamespace(render=RenderOptions(), reader_jobs=JobOptions()))
+
+
+def spawn_job(server: Server) -> Any:
+    from antidote_operator import reader_control
+    from antidote_operator.reader_jobs import Spawn
+
+    settings = decide(inputs(name="web")).settings
+    ctx = reader_ctx(server)
+    out = asyncio.run(reader_control._create_job(ctx, QC, settings, Spawn("web-reader-depth-1234abcd", "depth"), 5))
+    return out, ctx
+
+
+def test_a_reader_job_is_not_started_under_another_service_account() -> None:
+    server = Server(("serviceaccounts", foreign("ServiceAccount", "web-reader")))
+    out, _ = spawn_job(server)
+    assert isinstance(out, str) and out.startswith("ServiceAccount web-reader exists and is not owned")
+    assert writes(server) == []  # no Job, nothing of the ServiceAccount
+
+
+def test_another_job_of_the_reader_jobs_name_is_not_adopted() -> None:
+    theirs = foreign("Job", "web-reader-depth-1234abcd")
+    # Labelled like one of the consumer's, which is no proof either.
+    theirs["metadata"]["labels"].update({"antidote.dev/consumer": "web", "antidote.dev/reader-trigger": "depth"})
+    server = Server(("jobs", theirs))
+    out, ctx = spawn_job(server)
+    assert isinstance(out, str) and out.startswith("Job web-reader-depth-1234abcd exists and is not owned")
+    assert ctx.reader_index.of("shop", "web") == []
+    assert writes(server) == ["POST serviceaccounts/web-reader", "POST jobs/web-reader-depth-1234abcd"]
