@@ -368,10 +368,13 @@ def test_the_operator_describes_each_driver_and_keeps_the_description_current(ap
     install_crds(api_client)
     k = Cluster(api_client, namespace)
     k.create(policy("p"))
-    # "old" as an older operator left it: labelled, no annotations.
+    old = k.create(consumer("old", "p", kafka_bootstrap, "old"))
+    # "old-driver" as an older operator left it: labelled and owned by its consumer (as every
+    # child is; one owned by nobody is another's, left alone), no annotations.
+    owner = {"apiVersion": old["apiVersion"], "kind": "QueueConsumer", "name": "old",
+             "uid": old["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
     k.core.create_namespaced_service_account(namespace, {"metadata": {
-        "name": "old-driver", "labels": builders.labels("old")}})
-    k.create(consumer("old", "p", kafka_bootstrap, "old"))
+        "name": "old-driver", "labels": builders.labels("old"), "ownerReferences": [owner]}})
     k.create(consumer("new", "p", kafka_bootstrap, "new", spark={"image": "shop/new:1"}))
 
     def described(name: str) -> dict[str, str]:
