@@ -2,10 +2,12 @@
 not set: one list, read by the CRD's CEL rule (the API server refuses the object) and by the
 models (the consumer refuses its settings file with exit 2).
 
-Taken from Spark's "Running on Kubernetes" and "Security" configuration pages: every key
-that chooses the master, the namespace, the API credentials and ServiceAccounts, pod names
-and templates, what is mounted into the pods, the driver's address and ports, or the RPC
-authentication. Letting a consumer set them would undo the least-privilege set-up (an
+Taken from Spark's "Running on Kubernetes" and "Security" configuration pages, and checked
+against every `spark.kubernetes.*` key of Spark 4.2's `deploy.k8s.Config` (the keys left to
+the consumer tune allocation, polling, resources and rolling): every key that chooses the
+master, the namespace, the API credentials and ServiceAccounts, pod names, labels,
+annotations, nodes, scheduler and templates, the image and its pull Secrets, what is mounted
+into the pods, the driver's address and ports, or the RPC authentication and encryption. Letting a consumer set them would undo the least-privilege set-up (an
 executor under the driver's ServiceAccount, a Secret of another app mounted, a hostPath
 volume) or break the wiring (executors that cannot reach the driver).
 A key ending in `*` is a prefix: every key that starts with the part before the `*`.
@@ -28,21 +30,37 @@ OWNED: tuple[Owned, ...] = (
            "spark.kubernetes.driver.master"),
           "the master and the API server: the driver runs in client mode against its own cluster"),
     Owned(("spark.kubernetes.namespace",), "the namespace: the consumer's own"),
-    Owned(("spark.kubernetes.authenticate.*",),
-          "API credentials and the driver's and executors' ServiceAccounts"),
+    Owned(("spark.kubernetes.authenticate.*", "spark.kubernetes.trust.certificates"),
+          "API credentials, the API server's certificate check, and the driver's and "
+          "executors' ServiceAccounts"),
     Owned(("spark.kubernetes.driver.pod.name", "spark.kubernetes.executor.podNamePrefix",
-           "spark.kubernetes.driver.label.antidote.dev/*",
-           "spark.kubernetes.executor.label.antidote.dev/*",
-           "spark.kubernetes.executor.label.app.kubernetes.io/*"),
-          "pod names and the labels the operator finds pods by"),
+           "spark.kubernetes.driver.resourceNamePrefix"),
+          "pod and resource names"),
+    # Every label, not only the operator's own: a label is identity to Services,
+    # NetworkPolicies, PodMonitors and admission policies that select pods by it.
+    Owned(("spark.kubernetes.driver.label.*", "spark.kubernetes.executor.label.*",
+           "spark.kubernetes.executor.decommissionLabel",
+           "spark.kubernetes.executor.decommissionLabelValue"),
+          "pod labels: what Services, NetworkPolicies and monitors select pods by"),
+    # Annotations change what the cluster does with a pod: AppArmor profiles, sidecar and
+    # secret injectors (service meshes, Vault), which ServiceAccount a webhook acts for.
+    Owned(("spark.kubernetes.driver.annotation.*", "spark.kubernetes.executor.annotation.*"),
+          "pod annotations: security profiles and injectors act on them"),
+    Owned(("spark.kubernetes.node.selector.*", "spark.kubernetes.driver.node.selector.*",
+           "spark.kubernetes.executor.node.selector.*", "spark.kubernetes.scheduler.name",
+           "spark.kubernetes.driver.scheduler.name", "spark.kubernetes.executor.scheduler.name"),
+          "where pods run: node selectors and the scheduler"),
     Owned(("spark.kubernetes.driver.podTemplateFile", "spark.kubernetes.executor.podTemplateFile",
            "spark.kubernetes.driver.podTemplateContainerName",
            "spark.kubernetes.executor.podTemplateContainerName",
-           "spark.kubernetes.driver.pod.featureSteps", "spark.kubernetes.executor.pod.featureSteps"),
+           "spark.kubernetes.driver.pod.featureSteps", "spark.kubernetes.executor.pod.featureSteps",
+           "spark.kubernetes.driver.pod.excludedFeatureSteps",
+           "spark.kubernetes.executor.pod.excludedFeatureSteps"),
           "pod templates and pod-building code: they carry the pods' security context"),
     Owned(("spark.kubernetes.container.image", "spark.kubernetes.container.image.pullPolicy",
+           "spark.kubernetes.container.image.pullSecrets",
            "spark.kubernetes.driver.container.image", "spark.kubernetes.executor.container.image"),
-          "the image: `spec.spark.image`"),
+          "the image (`spec.spark.image`) and the Secrets it is pulled with"),
     Owned(("spark.kubernetes.driver.secrets.*", "spark.kubernetes.executor.secrets.*",
            "spark.kubernetes.driver.secretKeyRef.*", "spark.kubernetes.executor.secretKeyRef.*",
            "spark.kubernetes.kerberos.*", "spark.kubernetes.hadoop.configMapName"),
@@ -56,10 +74,11 @@ OWNED: tuple[Owned, ...] = (
           "what the driver asks the API server for: its Role allows executor pods and their "
           "ConfigMap only (no Services, no PersistentVolumeClaims)"),
     Owned(("spark.driver.host", "spark.driver.bindAddress", "spark.driver.port",
-           "spark.driver.blockManager.port"),
+           "spark.driver.blockManager.port", "spark.kubernetes.executor.useDriverPodIP"),
           "the driver's address and ports: the consumer's headless Service"),
-    Owned(("spark.authenticate", "spark.authenticate.*"),
-          "RPC authentication between driver and executors, with the consumer's own secret"),
+    Owned(("spark.authenticate", "spark.authenticate.*", "spark.network.crypto.*"),
+          "RPC authentication and encryption between driver and executors, with the "
+          "consumer's own secret (task parameters carry Kafka credentials)"),
 )
 
 KEYS: tuple[str, ...] = tuple(k for group in OWNED for k in group.keys)
@@ -89,8 +108,9 @@ def cel_is_owned(var: str) -> str:
 
 
 RULE_CEL = f"!has(self.conf) || !self.conf.exists(k, {cel_is_owned('k')})"
-MESSAGE = ("sets keys the operator owns (master, namespace, ServiceAccounts, pod names and "
-           "templates, Secret and volume mounts, driver host, RPC authentication)")
+MESSAGE = ("sets keys the operator owns (master, namespace, ServiceAccounts, pod names, labels, "
+           "annotations, node selectors and templates, Secret and volume mounts, driver host, RPC "
+           "authentication and encryption)")
 # The server names the first such key it finds: joining them all is beyond the API server's
 # cost budget for a map of unbounded keys (refused at CRD creation, measured).
 MESSAGE_CEL = (f"'sets ' + self.conf.filter(k, {cel_is_owned('k')})[0] + ', a key the operator owns "

@@ -127,6 +127,10 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
     # pods' environment (readable by anyone who may get pods).
     conf["spark.authenticate"] = "true"
     conf["spark.authenticate.secret.file"] = f"{SPARK_AUTH_DIR}/{SPARK_AUTH_KEY}"
+    # ...and encrypted (AES, keys agreed from that secret): Spark's Kafka source ships its
+    # `kafka.*` options (a Secret's SASL password, TLS key) to the executors inside tasks,
+    # and blocks carry messages, across the pod network.
+    conf["spark.network.crypto.enabled"] = "true"
     conf[f"spark.kubernetes.executor.secrets.{n.spark_auth_secret}"] = SPARK_AUTH_DIR
     return conf
 
