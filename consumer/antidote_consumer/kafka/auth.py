@@ -15,6 +15,8 @@ connects without its TLS or SASL settings fails later, far from the cause.
 - Keys `librdkafka.<name>` are the escape hatch for what is not translated (GSSAPI,
   OAUTHBEARER, JKS stores): when a Secret has any, the Python clients get exactly those
   (prefix removed) and nothing is translated; Spark never gets them.
+- Keys that would load code, run a command or send a file of the pod away are refused by
+  name before any client sees them (secret_keys.py).
 
 Errors name the Secret and the property; they never show a password, a JAAS config or a key
 (only enumerations such as security.protocol are quoted).
@@ -28,12 +30,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import secret_keys
+
 if TYPE_CHECKING:  # executors import this module: keep it light
     from antidote_api.semantics import EffectiveSettings
 
 SECRETS_DIR_ENV = "ANTIDOTE_SECRETS_DIR"
 DEFAULT_SECRETS_DIR = "/etc/antidote/secrets"  # builders.SECRETS_DIR: where the operator mounts
-NATIVE = "librdkafka."
+NATIVE = secret_keys.NATIVE
 PROPERTY_NAMESPACES = ("security.", "sasl.", "ssl.", NATIVE)
 # Properties whose values are never shown (errors of the client itself may quote them).
 SENSITIVE = re.compile(r"password|jaas|secret|token|pem$|\.key$", re.I)
@@ -68,6 +72,7 @@ def read_secret(name: str, root: Path | str | None = None) -> dict[str, str]:
             f"there; elsewhere set {SECRETS_DIR_ENV} to a directory holding {name}/<key> files")
     keys = {e.name for e in path.iterdir() if not e.name.startswith("..")}  # kubelet's ..data
     props: dict[str, str] = {}
+    own_files: dict[str, bool] = {}  # file-naming keys whose file is a key of this Secret
     for key in sorted(k for k in keys if is_property(k)):
         try:
             value = (path / key).read_text(encoding="utf-8")
@@ -76,16 +81,26 @@ def read_secret(name: str, root: Path | str | None = None) -> dict[str, str]:
         except OSError as err:
             raise KafkaAuthError(f"Kafka secret {name!r}: key {key}: {err.strerror}") from None
         value = value.rstrip("\r\n")  # a Secret made --from-file keeps the file's last newline
-        if key.endswith(".location") and value and not value.startswith("/"):
+        if secret_keys.refused_by_name(key) is not None:
+            props[key] = value  # named below as refused, whatever it points at
+            continue
+        if key.endswith((".location", ".file")) and value and not value.startswith("/"):
             if value not in keys:
                 raise KafkaAuthError(f"Kafka secret {name!r}: {key} names key {value!r}, which "
                                      f"the Secret does not have (a relative location is a key "
                                      f"of the same Secret)")
             value = str(path / value)
+        if key.endswith((".location", ".file")):
+            own = os.path.normpath(value)
+            own_files[key] = os.path.dirname(own) == str(path) and os.path.basename(own) in keys
         props[key] = value
     if not props:
         raise KafkaAuthError(f"Kafka secret {name!r} ({path}) has no Kafka client properties "
                              "(keys security.*, sasl.*, ssl.* or librdkafka.*)")
+    if refused := secret_keys.refusals(props, own_files):
+        raise KafkaAuthError(f"Kafka secret {name!r} ({path}): refused "
+                             f"{'a key' if len(refused) == 1 else 'keys'}: " + "; ".join(refused)
+                             + " (see docs/consumer.md, \"Keys a Secret may not set\")")
     return props
 
 
