@@ -42,8 +42,9 @@ def binary() -> str:
 def config(targets: Path, rules_dir: Path) -> dict:
     """prometheus.yml: the chart's rules plus any file in `rules_dir` (tests put overrides
     there), and two file_sd jobs. job="antidote-operator" is what AntidoteOperatorDown
-    reads; the consumers' own namespace/consumer labels are kept (honor_labels), as the
-    chart's PodMonitor keeps them."""
+    reads; a consumer's namespace/consumer labels are its target's (written by the operator
+    that started it), never its page's (honor_labels false: those become exported_*), as the
+    chart's PodMonitor takes them from the pod's metadata."""
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
                    "evaluation_interval": EVALUATION_INTERVAL},
@@ -51,7 +52,7 @@ def config(targets: Path, rules_dir: Path) -> dict:
         "scrape_configs": [
             {"job_name": "antidote-operator",
              "file_sd_configs": [{"files": [str(targets / OPERATOR_TARGETS)]}]},
-            {"job_name": "antidote-consumers", "honor_labels": True,
+            {"job_name": "antidote-consumers", "honor_labels": False,
              "file_sd_configs": [{"files": [str(targets / CONSUMER_TARGETS)]}]},
         ],
     }

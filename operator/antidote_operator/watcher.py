@@ -107,10 +107,21 @@ class SampleBuilder:
                                        for p, pos in sorted(self.positions.items())) or None)
 
 
-def _ids(labels: Mapping[str, str]) -> tuple[str | None, str | None]:
-    # Prometheus renames target-clashing labels to exported_* unless honor_labels is set.
-    ns = labels.get("exported_namespace") or labels.get("namespace")
-    name = labels.get("exported_consumer") or labels.get("consumer")
+def series_identity(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """Whose a series from Prometheus is: (namespace, consumer) of the *target* it was scraped
+    from, never what the page said of itself; None when the two disagree or it has none.
+
+    The chart's PodMonitor (honorLabels false) labels each target from its pod's Kubernetes
+    metadata: `namespace` from the pod's namespace, `consumer` from its `antidote.dev/consumer`
+    label, which the operator sets on the driver pods. The labels the page wrote itself then
+    arrive renamed `exported_namespace`/`exported_consumer`; any pod may write any, so a page
+    that names another consumer than its target speaks for no one (a pod in namespace A must
+    not disable B's consumer)."""
+    ns, name = labels.get("namespace"), labels.get("consumer")
+    if not ns or not name:
+        return None
+    if labels.get("exported_namespace", ns) != ns or labels.get("exported_consumer", name) != name:
+        return None
     return ns, name
 
 
@@ -143,7 +154,8 @@ def parse_metrics(text: str, namespace: str, name: str, at: datetime) -> Sample:
         if close < brace or not rest:
             raise ValueError(f"malformed sample line: {line[:80]}")
         labels = {k: _unescape(v) for k, v in _LABEL.findall(line, brace + 1, close)}
-        if _ids(labels) == (namespace, name):
+        # The page at the consumer's own address: its labels only pick its series out.
+        if (labels.get("namespace"), labels.get("consumer")) == (namespace, name):
             b.add(metric, labels, float(rest[0]))
     return b.build(at)
 
@@ -166,23 +178,30 @@ def promql_disabled(namespaces: Iterable[str] = ()) -> str:
 
 
 def parse_promql(result: Iterable[Mapping[str, Any]], disabled_times: Iterable[Mapping[str, Any]],
-                 at: datetime) -> dict[tuple[str, str], Sample]:
+                 at: datetime, foreign: set[tuple[str, str, str, str]] | None = None
+                 ) -> dict[tuple[str, str], Sample]:
     """Samples per (namespace, consumer) from instant-vector results of the Prometheus API:
     `result` for the metrics, `disabled_times` for `timestamp(antidote_queue_disabled == 1)`
-    (when the disabling was scraped, which decides whether it predates a resume)."""
+    (when the disabling was scraped, which decides whether it predates a resume). Series
+    whose page named another consumer than its target (`series_identity`) are left out, and
+    added to `foreign` as (target namespace, target consumer, claimed namespace, claimed
+    consumer)."""
     builders: dict[tuple[str, str], SampleBuilder] = {}
     for series in result:
         metric = series.get("metric", {})
-        ns, name = _ids(metric)
-        if not ns or not name:
+        key = series_identity(metric)
+        if key is None:
+            if foreign is not None and metric.get("namespace"):
+                foreign.add((metric.get("namespace", ""), metric.get("consumer", ""),
+                             metric.get("exported_namespace", ""), metric.get("exported_consumer", "")))
             continue
-        b = builders.setdefault((ns, name), SampleBuilder())
+        b = builders.setdefault(key, SampleBuilder())
         b.add(metric.get("__name__", ""), metric, float(series["value"][1]))
     for series in disabled_times:
-        ns, name = _ids(series.get("metric", {}))
-        if (ns, name) in builders:
+        key = series_identity(series.get("metric", {}))
+        if key is not None and key in builders:
             ts = float(series["value"][1])
-            builders[(ns, name)].disabled_at = datetime.fromtimestamp(ts, timezone.utc)  # type: ignore[index]
+            builders[key].disabled_at = datetime.fromtimestamp(ts, timezone.utc)
     return {key: b.build(at) for key, b in builders.items()}
 
 
@@ -200,6 +219,8 @@ class Watcher:
         self.pages: dict[tuple[str, str], bytes] = {}
         # A held request per running consumer, answered when it disables its queue.
         self.waits = DisableWaits(self)
+        # Series seen naming another consumer than their target (warned about once each).
+        self.foreign_seen: set[tuple[str, str, str, str]] = set()
 
     def url(self, st: ConsumerState) -> str:
         if st.metrics_url:
@@ -310,7 +331,14 @@ class Watcher:
             log.warning("Prometheus at %s: %s", base, err)
             return
         self.ctx.metrics.scrapes.labels("ok").inc()
-        samples = parse_promql(result, disabled, datetime.now(timezone.utc))
+        foreign: set[tuple[str, str, str, str]] = set()
+        samples = parse_promql(result, disabled, datetime.now(timezone.utc), foreign)
+        for seen in foreign - self.foreign_seen:
+            log.warning("Prometheus: a target in namespace %r (consumer label %r) publishes series of "
+                        "%r/%r: ignored (a pod speaks only for itself; is the scrape honoring the "
+                        "pods' labels?)", *seen)
+        if len(self.foreign_seen) < 1000:  # bounded: any pod can make up new names
+            self.foreign_seen |= foreign
         for st in self.ctx.registry:
             sample = samples.get((st.namespace, st.name))
             if sample is not None and self.ctx.peering.allows(st.namespace):

@@ -225,7 +225,17 @@ def test_podmonitor_selects_the_consumer_drivers(env) -> None:
     pm = next(d for d in template(env, "monitoring.enabled=true") if d["kind"] == "PodMonitor")
     assert pm["spec"]["selector"]["matchLabels"].items() <= builders.labels("orders").items()
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] in {n for n, _ in builders._ports(builders.RenderOptions())}
-    assert pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+    # Identity from the pod's metadata, never from its page (issue 43, item 13): honorLabels
+    # off, namespace and consumer relabelled from the namespace and the label the operator sets.
+    ep = pm["spec"]["podMetricsEndpoints"][0]
+    label = "__meta_kubernetes_pod_label_" + builders.LABEL_CONSUMER.replace(".", "_").replace("/", "_")
+    assert ep["honorLabels"] is False
+    assert {"sourceLabels": [label], "regex": ".+", "action": "keep"} in ep["relabelings"]
+    assert {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "namespace"} in ep["relabelings"]
+    assert {"sourceLabels": [label], "targetLabel": "consumer"} in ep["relabelings"]
+    # The operator's own series name the consumer they are about: kept.
+    sm = next(d for d in template(env, "monitoring.enabled=true") if d["kind"] == "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
 
 
 @pytest.mark.parametrize("bad, named", [

@@ -77,7 +77,8 @@ def test_promql_answers() -> None:
     s = samples[("shop", "orders")]
     assert s.counts == {"processed": 5, "moved": 2} and s.disabled == "SystemicFailure"
     assert s.at == datetime.fromtimestamp(1740830490.25, timezone.utc)  # when it was scraped
-    assert samples[("x", "y")].counts == {"processed": 1}  # exported_* labels win
+    # A target in namespace "monitoring" whose page names x/y speaks for no one (issue 43, 13).
+    assert ("x", "y") not in samples and len(samples) == 1
     assert promql_selector(["b", "a"]).endswith(',namespace=~"a|b"}')
     assert promql_disabled() == "timestamp(antidote_queue_disabled == 1)"
 
@@ -151,3 +152,33 @@ def test_peering_rule_is_kopfs() -> None:
     assert may_act(status, "me", 10, now)
     assert not may_act({**status, "high": {"priority": 20, "lastseen": fresh, "lifetime": 60}}, "me", 10, now)
     assert not may_act({**status, "twin": {"priority": 10, "lastseen": fresh, "lifetime": 60}}, "me", 10, now)
+
+
+def _disabled(**labels: str) -> dict:
+    return {"metric": {"__name__": "antidote_queue_disabled", "reason": "SystemicFailure", **labels},
+            "value": [1740830500.0, "1"]}
+
+
+def test_a_pod_in_one_namespace_cannot_disable_a_consumer_of_another() -> None:
+    """Identity is the target's (the PodMonitor's relabelings from the pod's namespace and
+    its antidote.dev/consumer label); what the page wrote about itself arrives as exported_*
+    and is only believed when it agrees."""
+    from antidote_operator.watcher import series_identity
+
+    honest = dict(namespace="shop", consumer="orders", exported_namespace="shop", exported_consumer="orders")
+    forged_ns = dict(namespace="tenant-a", consumer="web", exported_namespace="shop", exported_consumer="orders")
+    forged_name = dict(namespace="shop", consumer="web", exported_namespace="shop", exported_consumer="orders")
+    unlabelled_pod = dict(exported_namespace="shop", exported_consumer="orders")  # no target labels
+    assert series_identity(honest) == ("shop", "orders")
+    assert series_identity({"namespace": "shop", "consumer": "orders"}) == ("shop", "orders")
+    for forged in (forged_ns, forged_name, unlabelled_pod, {"namespace": "shop"}):
+        assert series_identity(forged) is None, forged
+
+    foreign: set = set()
+    samples = parse_promql([_disabled(**forged_ns), _disabled(**unlabelled_pod)],
+                           [_disabled(**forged_ns)], AT, foreign)
+    assert samples == {}  # shop/orders is not disabled
+    assert foreign == {("tenant-a", "web", "shop", "orders")}
+    # The honest series of the same consumer still count, forged ones beside them do not.
+    samples = parse_promql([_disabled(reason="Fault", **honest), _disabled(**forged_name)], [], AT)
+    assert samples[("shop", "orders")].disabled == "Fault"

@@ -36,7 +36,11 @@ class TargetFiles:
         self._write(f"operator_{self.pid}.json", f"127.0.0.1:{port}", {})
 
     def consumer(self, namespace: str, name: str, port: int) -> None:
-        self._write(f"consumer_{namespace}_{name}.json", f"127.0.0.1:{port}", {})
+        # Whose the endpoint is, from the operator that started it: the stack's Prometheus
+        # keeps these over what the page says (honor_labels false), as the chart's PodMonitor
+        # takes them from the pod's metadata.
+        self._write(f"consumer_{namespace}_{name}.json", f"127.0.0.1:{port}",
+                    {"namespace": namespace, "consumer": name})
 
     def remove_consumer(self, namespace: str, name: str) -> None:
         self._remove(self.folder / f"consumer_{namespace}_{name}.json")
