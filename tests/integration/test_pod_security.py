@@ -202,6 +202,9 @@ def test_a_spark_driver_with_only_the_driver_role_runs_restricted_authenticated_
         assert c.name == "executor" and c.security_context.read_only_root_filesystem is True
         assert c.security_context.capabilities.drop == ["ALL"]
         assert "SPARK_AUTHENTICATE_SECRET" not in {e.name for e in c.env or []}
+        # The executor starts with RPC encryption on (Spark passes spark.network.* at start).
+        java_opts = {e.value for e in c.env or [] if e.name.startswith("SPARK_JAVA_OPT_")}
+        assert "-Dspark.network.crypto.enabled=true" in java_opts, java_opts
         mounts = {m.mount_path: m.name for m in c.volume_mounts}
         assert "/tmp" in mounts and builders.SPARK_AUTH_DIR in mounts
         assert {v.secret.secret_name for v in spec.volumes if v.secret} == {"orders-spark-auth"}
