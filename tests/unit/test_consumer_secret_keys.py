@@ -135,3 +135,11 @@ def test_the_table_is_of_real_property_names() -> None:
         except (ValueError, TypeError):
             pass
         assert name.startswith(secret_keys.NATIVE_ALLOWED) or name == "plugin.library.paths"
+
+
+def test_a_relative_secrets_root_still_knows_its_own_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    kubelet_mount(tmp_path, "creds", {"librdkafka.security.protocol": "SASL_SSL", "assertion": "jwt",
+                                      "librdkafka.sasl.oauthbearer.assertion.file": "assertion"})
+    props = ka.read_secret("creds", ".")
+    assert props["librdkafka.sasl.oauthbearer.assertion.file"] == "creds/assertion"

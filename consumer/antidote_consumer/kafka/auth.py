@@ -91,8 +91,8 @@ def read_secret(name: str, root: Path | str | None = None) -> dict[str, str]:
                                      f"of the same Secret)")
             value = str(path / value)
         if key.endswith((".location", ".file")):
-            own = os.path.normpath(value)
-            own_files[key] = os.path.dirname(own) == str(path) and os.path.basename(own) in keys
+            own = os.path.abspath(value)  # normalized: a `..` cannot leave and come back
+            own_files[key] = os.path.dirname(own) == os.path.abspath(path) and os.path.basename(own) in keys
         props[key] = value
     if not props:
         raise KafkaAuthError(f"Kafka secret {name!r} ({path}) has no Kafka client properties "
