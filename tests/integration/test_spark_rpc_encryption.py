@@ -129,6 +129,7 @@ def _run(conf: dict[str, str], tmp_path: Path) -> tuple[int, dict[tuple, bytes]]
 def test_a_secret_in_a_task_is_not_on_the_wire_between_driver_and_executor(tmp_path: Path) -> None:
     conf = _operators_conf()
     assert conf["spark.authenticate"] == "true" and conf["spark.network.crypto.enabled"] == "true"
+    assert conf["spark.network.crypto.cipher"] == "AES/GCM/NoPadding"  # the job runs with it
     secret = "0123456789abcdef" * 4
     conf.pop("spark.authenticate.secret.file")  # read on Kubernetes only
     conf["spark.authenticate.secret"] = secret

@@ -172,6 +172,8 @@ def test_spark_rpc_is_authenticated_with_the_consumers_secret_from_a_file() -> N
     assert conf["spark.authenticate"] == "true"
     # Encrypted too: tasks carry the Kafka source's kafka.* options (a Secret's password).
     assert conf["spark.network.crypto.enabled"] == "true"
+    assert (conf["spark.network.crypto.authEngineVersion"], conf["spark.network.crypto.cipher"],
+            conf["spark.network.crypto.saslFallback"]) == ("2", "AES/GCM/NoPadding", "false")
     assert conf["spark.authenticate.secret.file"] == "/etc/antidote/spark-auth/secret"
     assert conf["spark.kubernetes.executor.secrets.orders-spark-auth"] == "/etc/antidote/spark-auth"
     pod = kids["Deployment"]["spec"]["template"]["spec"]

@@ -129,8 +129,14 @@ def spark_defaults(settings: EffectiveSettings, opts: RenderOptions) -> dict[str
     conf["spark.authenticate.secret.file"] = f"{SPARK_AUTH_DIR}/{SPARK_AUTH_KEY}"
     # ...and encrypted (AES, keys agreed from that secret): Spark's Kafka source ships its
     # `kafka.*` options (a Secret's SASL password, TLS key) to the executors inside tasks,
-    # and blocks carry messages, across the pod network.
+    # and blocks carry messages, across the pod network. Spark 4.2's defaults are kept for
+    # old peers, which a consumer has none of: the second key exchange (a KDF over its
+    # output), GCM (authenticated: a task cannot be altered in transit, as CTR's can), and
+    # no fallback to SASL, whose traffic is not encrypted.
     conf["spark.network.crypto.enabled"] = "true"
+    conf["spark.network.crypto.authEngineVersion"] = "2"
+    conf["spark.network.crypto.cipher"] = "AES/GCM/NoPadding"
+    conf["spark.network.crypto.saslFallback"] = "false"
     conf[f"spark.kubernetes.executor.secrets.{n.spark_auth_secret}"] = SPARK_AUTH_DIR
     return conf
 
