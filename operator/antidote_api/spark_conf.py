@@ -7,9 +7,11 @@ against every `spark.kubernetes.*` key of Spark 4.2's `deploy.k8s.Config` (the k
 the consumer tune allocation, polling, resources and rolling): every key that chooses the
 master, the namespace, the API credentials and ServiceAccounts, pod names, labels,
 annotations, nodes, scheduler and templates, the image and its pull Secrets, what is mounted
-into the pods, the driver's address and ports, or the RPC authentication and encryption. Letting a consumer set them would undo the least-privilege set-up (an
-executor under the driver's ServiceAccount, a Secret of another app mounted, a hostPath
-volume) or break the wiring (executors that cannot reach the driver).
+into the pods, the driver's address and ports, or the RPC authentication and encryption.
+Letting a consumer set them would undo the least-privilege set-up (an executor under the
+driver's ServiceAccount, a Secret of another app mounted, a hostPath volume, a label a
+NetworkPolicy trusts, a node it should not run on) or break the wiring (executors that
+cannot reach the driver). tests/unit/test_api_spark_conf_audit.py reads the keys from Spark.
 A key ending in `*` is a prefix: every key that starts with the part before the `*`.
 """
 
@@ -43,7 +45,7 @@ OWNED: tuple[Owned, ...] = (
            "spark.kubernetes.executor.decommissionLabelValue"),
           "pod labels: what Services, NetworkPolicies and monitors select pods by"),
     # Annotations change what the cluster does with a pod: AppArmor profiles, sidecar and
-    # secret injectors (service meshes, Vault), which ServiceAccount a webhook acts for.
+    # secret injectors (service meshes, Vault) that admission webhooks act on.
     Owned(("spark.kubernetes.driver.annotation.*", "spark.kubernetes.executor.annotation.*"),
           "pod annotations: security profiles and injectors act on them"),
     Owned(("spark.kubernetes.node.selector.*", "spark.kubernetes.driver.node.selector.*",
