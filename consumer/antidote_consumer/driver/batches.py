@@ -27,6 +27,7 @@ from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, colle
                      is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect
 from .ledger import Ledger, LedgerState
+from .liveness import RunBounds
 from .metrics import Metrics
 from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, QueueDisabled, Settler
 
@@ -65,6 +66,7 @@ class Runtime(Settler):
         self.partitions = partitions
         self.retry_sleep = retry_sleep
         self.cfg = worker_config(settings)
+        self.bounds = RunBounds.of(settings, spark.sparkContext.master if spark is not None else "local")
         self.handler_map = HandlerMap()
         names = ledger_names(settings)
         self.consumer_id = names.consumer_id
@@ -147,19 +149,14 @@ class Runtime(Settler):
         """Run the handler over `df` (INPUT_COLUMNS, or a function making it); raises when the
         batch fails as a whole. A small batch whose rows are at hand (`local_rows`) runs in the
         local worker process, and then needs no DataFrame at all."""
-        self.metrics.beat()  # the liveness: a job that never ends stops these
-        try:
-            return self._execute(df, local_rows)
-        finally:
-            self.metrics.beat()
-
-    def _execute(self, df, local_rows: list | None = None) -> BatchResult:
         if local_rows is not None and self.local is not None:
             result = self._run_local(self.cfg, local_rows)
             if result is not None:
                 return result
+        # The liveness: a job past its bound stops the heartbeat (driver/liveness.py).
         try:
-            return self._collect(self._run_job(df))
+            with self.metrics.running("a batch's Spark job", self.bounds.job()):
+                return self._collect(self._run_job(df))
         except Exception as err:
             if is_job_failure(err):
                 self._await_quiet_executors()
@@ -246,18 +243,16 @@ class Runtime(Settler):
         cfg = self.cfg  # one snapshot: a source batch replaces self.cfg, never changes it
         if cfg.due_by is not None:
             cfg = dataclasses.replace(cfg, due_by=None)
-        self.metrics.beat()
-        try:
-            return True, self._run_local(cfg, local_rows)
-        finally:
-            self.metrics.beat()
+        return True, self._run_local(cfg, local_rows)
 
     def _run_local(self, cfg: WorkerConfig, rows: list) -> BatchResult | None:
         """A retry batch in the local worker; None when it failed there (a dead worker, a sink
         error): Spark decides then."""
         assert self.local is not None
+        bound = self.bounds.local(len(rows))
         try:
-            return self._collect(self.local.run(cfg, rows))
+            with self.metrics.running(f"a retry batch of {len(rows)} in the local worker", bound):
+                return self._collect(self.local.run(cfg, rows, timeout=bound))
         except Exception as err:  # noqa: BLE001 - see the docstring
             if self.stopping.is_set():
                 raise  # killed by the stop: the batch runs again after the restart

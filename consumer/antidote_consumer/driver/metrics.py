@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -19,44 +18,25 @@ from antidote_api.conditions import DisableReason
 from antidote_api.wire import (DISABLE_WAIT_HEADER, DISABLE_WAIT_MAX, DISABLE_WAIT_PARAM, HEALTH_PATH,
                                Metric)
 
+from .liveness import STALL_AFTER_MIN_S, Liveness, stall_after  # noqa: F401 - their old home
+
 LABELS = ("namespace", "consumer")
-STALL_AFTER_MIN_S = 600.0
-
-
-def stall_after(attempt_timeout_s: float) -> float:
-    """How long the runtime may show no sign of progress before it counts as stalled: one
-    Spark job of a batch (or the wait for the lock a batch holds) past this is taken as hung.
-    Ten attempt time limits, at least 10 minutes: a job of many slow messages stays healthy."""
-    return max(STALL_AFTER_MIN_S, 10 * attempt_timeout_s)
-
-
-class Liveness:
-    """The runtime's heartbeat: beaten by the retry pump every round (at most every 2 s when
-    idle) and at the start and end of every Spark job or local run of a batch. Healthy until
-    the first beat (the driver is starting) and while the last one is recent."""
-
-    def __init__(self, stall_after_s: float = STALL_AFTER_MIN_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.stall_after = stall_after_s
-        self.clock = clock
-        self.at: float | None = None
-
-    def beat(self) -> None:
-        self.at = self.clock()
-
-    def check(self) -> tuple[bool, str]:
-        if self.at is None:
-            return True, "starting"
-        age = self.clock() - self.at
-        if age < self.stall_after:
-            return True, f"ok: last progress {age:.0f}s ago"
-        return False, (f"stalled: no progress for {age:.0f}s (limit {self.stall_after:.0f}s: a batch's "
-                       "Spark job, a ledger commit or the retry pump is hung)")
+# A connection that sends no request (or no more of one) for this long is closed: each holds
+# a server thread, and the kubelet's probes and the operator's scrapes send theirs at once.
+IDLE_TIMEOUT_S = 10.0
 
 
 class _Quiet(WSGIRequestHandler):
+    timeout = IDLE_TIMEOUT_S  # socketserver sets it on the connection
+
     def log_message(self, *_args) -> None:  # a probe every few seconds is not news
         pass
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except TimeoutError:  # idle past `timeout`: closed, without a traceback on stderr
+            self.close_connection = True
 
 
 class Metrics:
@@ -128,7 +108,8 @@ class Metrics:
                                       LABELS, registry=r)
         self.heartbeat = Gauge("antidote_heartbeat_timestamp_seconds",
                                "When the runtime last showed progress (a retry-pump round, a batch's "
-                               "Spark job starting or ending); /healthz fails when it is too old.",
+                               "Spark job or local run starting or ending); stops while a run is "
+                               "past its bound, and /healthz fails then.",
                                LABELS, registry=r)
         self.held = Gauge("antidote_held_messages",
                           "Messages held behind an earlier message of their key in a retry cycle "
@@ -148,9 +129,24 @@ class Metrics:
         # Set while the queue is disabled: releases the operator's waiting scrape at once.
         self.disabled_now = threading.Event()
 
+    @property
+    def liveness(self) -> Liveness:
+        return self._liveness
+
+    @liveness.setter
+    def liveness(self, live: Liveness) -> None:
+        live.on_beat = self._beaten  # its beats (a run's start and end too) set the gauge
+        self._liveness = live
+
     def beat(self) -> None:
         self.liveness.beat()
+
+    def _beaten(self) -> None:
         self.heartbeat.labels(**self.ids).set(time.time())
+
+    def running(self, what: str, bound: float):
+        """A run in flight (see liveness.Liveness.running)."""
+        return self.liveness.running(what, bound)
 
     def app(self):
         """/metrics (any path, as prometheus_client serves it), /healthz, and the operator's
@@ -175,9 +171,11 @@ class Metrics:
                 status, [*headers, (DISABLE_WAIT_HEADER, "1")], *exc))
         return app
 
-    def start(self, port: int) -> None:
-        httpd = make_server("0.0.0.0", port, self.app(), ThreadingWSGIServer, handler_class=_Quiet)
+    def start(self, port: int, idle_timeout: float = IDLE_TIMEOUT_S):
+        handler = type("Handler", (_Quiet,), {"timeout": idle_timeout})
+        httpd = make_server("0.0.0.0", port, self.app(), ThreadingWSGIServer, handler_class=handler)
         threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
+        return httpd
 
     def restore(self, counts: dict[str, int], attempts: int) -> None:
         for outcome, n in counts.items():

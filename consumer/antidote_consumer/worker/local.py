@@ -28,6 +28,10 @@ class LocalWorkerDied(Exception):
     """The local worker process died with the batch: run it as a Spark job instead."""
 
 
+class LocalWorkerStuck(LocalWorkerDied):
+    """The local worker ran a batch past its bound (driver/liveness.py, run_bound): killed."""
+
+
 def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict[str, list]]:
     """`rows` (INPUT_COLUMNS, headers as (key, value) pairs) through `process`; its result
     batches as columns, as they are pickled back. (They were Arrow batches turned into a dict
@@ -94,15 +98,23 @@ class LocalWorker:
         self._warming = None
         return True
 
-    def run(self, cfg: WorkerConfig, rows: list[tuple]) -> list[ResultRow]:
+    def run(self, cfg: WorkerConfig, rows: list[tuple], timeout: float | None = None) -> list[ResultRow]:
         """The result rows of `rows` (INPUT_COLUMNS, headers as (key, value) pairs, as the
-        driver read them)."""
+        driver read them). Past `timeout` seconds the process is stuck where no attempt time
+        limit reaches (C code holding the GIL, a frozen process): it is killed, and
+        LocalWorkerStuck says so."""
         pool, _ = self._started()
         try:
-            out = pool.submit(_run, cfg, rows).result()
+            out = pool.submit(_run, cfg, rows).result(timeout)
         except BrokenProcessPool as err:
             self._pool = None  # a fresh process next time
             raise LocalWorkerDied(str(err) or "the local worker process died") from err
+        except TimeoutError:
+            self.close()  # a fresh process next time
+            raise LocalWorkerStuck(
+                f"the local worker ran a retry batch of {len(rows)} message(s) for {timeout:.0f}s, past "
+                f"its bound ({len(rows)} x (immediate + 1) x (attemptTimeout {cfg.attempt_timeout:g}s "
+                "+ grace) + margin): killed") from None
         return [ResultRow._make(r) for cols in out for r in zip(*(cols[name] for name in RESULT_FIELDS))]
 
     def close(self) -> None:
