@@ -103,4 +103,7 @@ def run(args: argparse.Namespace) -> int:
     except (ReaderError, KafkaAuthError) as err:
         print(f"antidote {name}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    except TimeoutError as err:  # a broker that stopped answering (reader.run READ_WAIT)
+        print(f"antidote {name}: {err}", file=sys.stderr)
+        return 1
     return finish(report, args)

@@ -43,6 +43,10 @@ log = logging.getLogger("antidote.reader")
 CHUNK = 2000
 CHUNK_BYTES = 32 * 1024 * 1024
 EOF_WAIT = 70.0  # longest wait for an open transaction in the read topic (its timeout is 60s)
+# Longest wait for any answer (a record or the end) of a partition that has records left to
+# read: the client's own request timeout (librdkafka's socket.timeout.ms, 60 s) and a margin.
+# Past it the broker does not deliver, and the run stops with an error instead of polling on.
+READ_WAIT = 70.0
 
 
 def parking_topic(source: str) -> str:
@@ -230,11 +234,19 @@ class _Run(Actions):
         size = 0  # bytes of the chunk's keys and values
         lo = start  # the chunk covers offsets lo..(last read)
         deadline = None
+        heard = time.monotonic()
         try:
             while not self.stop.is_set():
                 msg = c.poll(1.0)
                 if msg is None:
+                    if time.monotonic() - heard > READ_WAIT:
+                        raise TimeoutError(
+                            f"topic {self.topic}/{part}: no record and no end from the broker for "
+                            f"{READ_WAIT:g}s, after offset {chunk[-1].offset if chunk else lo - 1} of "
+                            f"{start}..{end - 1}; nothing past the last settled record is lost: "
+                            "the next run reads it again")
                     continue
+                heard = time.monotonic()
                 if msg.error():
                     if msg.error().code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"topic {self.topic}/{part}: {msg.error()}")
