@@ -5,6 +5,7 @@ process the kernel no longer schedules)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 
@@ -21,4 +22,15 @@ def freeze_on_freeze(msg):
         with open(os.path.join(folder, "frozen.pid"), "a") as f:
             f.write(f"{os.getpid()}\n")
         os.kill(os.getpid(), signal.SIGSTOP)
+    return upper(msg)
+
+
+def gil_on_gil(msg):
+    """`upper`, except that b"gil" sleeps an hour in C code that holds the GIL (libc's sleep
+    through ctypes.PyDLL, with the time limit's SIGUSR1 blocked so the sleep is not cut):
+    neither the attempt's signal handler nor its watchdog thread can run in the process."""
+    if msg.value == b"gil":
+        _record(msg)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        ctypes.PyDLL(None).sleep(3600)
     return upper(msg)

@@ -62,7 +62,7 @@ def test_a_frozen_batch_fails_the_liveness_within_its_bound_though_the_pump_is_i
     policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s", "attemptTimeout": "1s"}}
     args = cu.write_manifests(tmp_path, name="live", namespace="tests", bootstrap=kafka_bootstrap,
                               source=source, handler=HANDLER, policy=policy, sink=sink, max_batch=3)
-    # The job's bound: 3 rows x 1 attempt x (1 s + 1 s grace) x 1 try (local mode) + margin.
+    # The job's bound: 3 rows x 1 attempt x (1 s + 1 s grace + 5 s) x 1 try (local mode) + 60 s.
     bound = run_bound(3, 0, 1.0, tries=1)
     log = tmp_path / "consumer.log"
     port = free_port()
@@ -112,3 +112,31 @@ def test_the_local_worker_kills_a_frozen_retry_batch_at_its_bound(tmp_path, monk
     finally:
         worker.close()
         _thaw(tmp_path)
+
+
+def test_a_handler_holding_the_gil_ends_its_worker_and_is_isolated(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """C code holding the GIL: neither the SIGUSR1 handler nor the watchdog thread runs, so
+    before, the task (and the batch) hung for ever. faulthandler's timer, pushed back by the
+    watchdog every round, ends the worker at limit + grace + 5 s; the batch fails as a whole
+    and bisection isolates the message, like one that does not unwind."""
+    from antidote_api.wire import ExitCode
+
+    from .kafka_io import read_all
+
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"gil" if i == 2 else b"m%d" % i, None) for i in range(6)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="gil_on_gil", sink=sink, policy={
+        "retries": {"immediate": 0, "cycles": 0, "attemptTimeout": "1s"},
+        "queueDisable": {"consecutiveBatchFailures": 1}})
+    s = s.model_copy(update={"handler": "tests.integration.handlers_liveness:gil_on_gil"})
+
+    code, m = cu.run(spark, s, deadline=240)
+
+    assert code == ExitCode.OK
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert set(poison) == {(0, 2)}
+    _, hdrs = poison[(0, 2)]
+    assert (hdrs["antidote.reason"], hdrs["antidote.error.class"]) == ("batch-isolation",
+                                                                       "antidote.BatchFailure")
+    assert {r.value for r in read_all(kafka_bootstrap, sink)} == {b"M%d" % i for i in range(6) if i != 2}

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from antidote_api.semantics import EffectiveSettings
-from antidote_consumer.worker.deadline import kill_grace
+from antidote_consumer.worker.deadline import hard_deadline
 
 STALL_AFTER_MIN_S = 600.0
 # What a run costs beyond its handler calls: scheduling the job, starting Python workers,
@@ -39,9 +39,9 @@ def stall_after(attempt_timeout_s: float) -> float:
 
 
 def attempt_bound(attempt_timeout_s: float) -> float:
-    """The longest one handler call runs while its worker's watchdog can act: the limit,
-    then the grace after which the worker ends itself (worker/deadline.py)."""
-    return attempt_timeout_s + kill_grace(attempt_timeout_s)
+    """The longest one handler call runs before its worker ends itself: the limit, the grace
+    to unwind, and faulthandler's margin for one holding the GIL (worker/deadline.py)."""
+    return hard_deadline(attempt_timeout_s)
 
 
 def task_tries(master: str, conf: dict[str, str]) -> int:

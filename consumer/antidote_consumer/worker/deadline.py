@@ -10,6 +10,12 @@ Two steps, both driven by one watchdog thread per process:
   EINTR, or one that swallowed the error), the process ends itself (`os._exit`). Spark starts
   a new Python worker and the batch fails as a whole (rollbacks, then bisection isolates the
   message); a dead local worker sends its batch to a Spark job, where the same happens.
+- C code that holds the GIL lets neither step run (both need the interpreter). For that the
+  watchdog keeps faulthandler's timer armed (a C thread that needs no GIL): every round it
+  pushes the timer `hard_deadline` (limit + grace + 5 s) into the future. A watchdog that
+  cannot run cannot push it, so an attempt holding the GIL ends its process at most that
+  long after it started: faulthandler writes every thread's stack to stderr and exits 1,
+  the same dead worker as above.
 
 The hot loop pays two attribute stores and one clock read per attempt (written inline
 there, as `timed` does for the later attempts); the watchdog wakes every limit/10 (between
@@ -18,6 +24,7 @@ there, as `timed` does for the later attempts); the watchdog wakes every limit/1
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import threading
@@ -26,6 +33,9 @@ import time
 KILL_GRACE_MAX_S = 10.0  # the hard kill comes min(limit, this) after the timeout was raised
 SIGNAL = signal.SIGUSR1
 KILLED_EXIT = 124  # a worker that ended itself over a stuck attempt (coreutils timeout's code)
+# After the watchdog's own kill (and a round or two of it): faulthandler's timer is the
+# fallback for a watchdog that cannot run, never a race with one that can.
+HARD_MARGIN_S = 5.0
 
 
 class AttemptTimeout(BaseException):
@@ -41,6 +51,12 @@ AttemptTimeout.__module__ = "antidote"
 
 def kill_grace(limit_s: float) -> float:
     return min(limit_s, KILL_GRACE_MAX_S)
+
+
+def hard_deadline(limit_s: float) -> float:
+    """Seconds after an attempt's start by which its process has ended if the attempt has
+    not: the limit, the grace to unwind, and the margin of faulthandler's timer."""
+    return limit_s + kill_grace(limit_s) + HARD_MARGIN_S
 
 
 class Watchdog:
@@ -90,6 +106,9 @@ class Watchdog:
     def _watch(self) -> None:
         fired_at = 0.0
         while True:
+            # Pushed back every round: it fires only after a whole hard_deadline in which
+            # this thread could not run, which no attempt within its limit causes.
+            faulthandler.dump_traceback_later(hard_deadline(self.limit), exit=True)
             time.sleep(self.poll)
             started = self.started
             if not started:
