@@ -22,6 +22,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from antidote_consumer.kafka.retry import retrying
 from antidote_consumer.kafka.transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
 
+from .held_parts import HeldReader, held_entries
+
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
 HELD = "held:"  # + a source partition: its chains under ordering Key (worker.ordering)
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
@@ -48,6 +50,8 @@ class LedgerState:
     # message, and where each is parked), one ledger entry per partition, committed with the
     # batch's retry records. A partition whose chains emptied keeps {} (written as such).
     held: dict[str, dict] = field(default_factory=dict)
+    # Large chains are cut in parts, several records (held_parts): joined here as they are read.
+    held_parts: HeldReader = field(default_factory=HeldReader, repr=False, compare=False)
     # Where a consumer with startingOffsets latest first started, by source partition: with
     # its checkpoint lost, a partition that never delivered a record starts there again.
     source_start: dict[str, int] = field(default_factory=dict)
@@ -65,7 +69,7 @@ class LedgerState:
             COUNTS: {**self.counts, "attempts": self.attempts},
             POSITIONS: dict(self.positions),
             SKIPS: {"fault": self.fault, "skipped": list(self.skipped)},
-            **{HELD + p: dict(chains) for p, chains in self.held.items()},
+            **{k: v for p, chains in self.held.items() for k, v in held_entries(HELD, p, dict(chains)).items()},
         }
 
     def apply(self, key: str, value: dict) -> None:
@@ -84,7 +88,7 @@ class LedgerState:
         elif key == POSITIONS:
             self.positions = dict(value)
         elif key.startswith(HELD):
-            self.held[key[len(HELD):]] = dict(value)
+            self.held_parts.apply(self.held, key[len(HELD):], value)
         elif key == SKIPS:
             self.fault = value.get("fault")
             self.skipped = list(value.get("skipped") or [])
