@@ -337,9 +337,10 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
         "ports": [{"name": pn, "containerPort": p, "protocol": "TCP"} for pn, p in _ports(opts)],
         "resources": {"requests": {"cpu": str(driver.cores), "memory": memory},
                       "limits": {"memory": memory}},
-        # /metrics is up before Spark starts. /healthz fails only when the runtime showed no
-        # progress for max(10m, 10 x attemptTimeout) (a Spark job, a ledger commit or the
-        # retry pump hung; docs/consumer.md): a slow batch does not get the driver killed.
+        # /metrics is up before Spark starts. /healthz fails when a batch's run (a Spark job,
+        # a local retry run) is past its bound from the settings, or with none in flight
+        # after max(10m, 10 x attemptTimeout) without progress (a ledger commit or the retry
+        # pump hung; docs/consumer.md, "Liveness"): a slow batch does not get it killed.
         "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
                            "periodSeconds": 10},
         "livenessProbe": {"httpGet": {"path": HEALTH_PATH, "port": "metrics"},
