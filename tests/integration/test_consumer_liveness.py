@@ -126,7 +126,8 @@ def test_a_handler_holding_the_gil_ends_its_worker_and_is_isolated(
 
     source, sink = topic_factory(), topic_factory("-out")
     produce(kafka_bootstrap, source, [(b"k%d" % i, b"gil" if i == 2 else b"m%d" % i, None) for i in range(6)])
-    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="gil_on_gil", sink=sink, policy={
+    # A name of its own: its ledger's transactional id is not fenced by another test's.
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="gil_on_gil", sink=sink, name="gil", policy={
         "retries": {"immediate": 0, "cycles": 0, "attemptTimeout": "1s"},
         "queueDisable": {"consecutiveBatchFailures": 1}})
     s = s.model_copy(update={"handler": "tests.integration.handlers_liveness:gil_on_gil"})
