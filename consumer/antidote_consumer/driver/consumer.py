@@ -98,6 +98,9 @@ class Consumer:
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf,
                                max_bytes={topic: max_message_bytes(admin, topic) for topic in derived})
         self.runtime.arrow = ArrowRows(source_max, settings.spark.conf)
+        # After a commit with an unknown result the ledger is read again (Ledger.reload): what
+        # that commit counted, if it landed, is counted in the metrics too.
+        self.runtime.ledger.on_reload = self.runtime._reloaded
         rows = spark.conf.get(ARROW_ROWS_CONF, None)
         if rows is not None and rows.strip().lstrip("-").isdigit():
             metrics.arrow_rows.labels(**metrics.ids).set(int(rows))

@@ -14,7 +14,8 @@ Kafka writes, and a checkpoint on local disk dies with its pod.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -27,6 +28,7 @@ from .held_parts import HeldReader, held_entries
 BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
 HELD = "held:"  # + a source partition: its chains under ordering Key (worker.ordering)
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
+log = logging.getLogger("antidote.consumer")
 LedgerFenced = Fenced  # a newer instance of this consumer owns its ledger: this one stops
 __all__ = ["MAX_RECORD_BYTES", "Ledger", "LedgerFenced", "LedgerState", "load_state"]
 
@@ -123,7 +125,12 @@ def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -
 
 class Ledger:
     """A consumer's ledger: its state, loaded from the topic and committed with a batch's
-    records through the one transactional writer (see transactions)."""
+    records through the one transactional writer (see transactions).
+
+    After a commit whose result is unknown (it timed out, say: it may land at the next
+    init_transactions), the copy in memory may be behind Kafka, and a decision from it would
+    run settled retry records again or write positions backwards. So `state` is read again
+    from the topic, once that commit has ended one way or the other, before anyone reads it."""
 
     def __init__(self, bootstrap: str, topic: str, transactional_id: str,
                  client_conf: dict[str, str] | None = None, max_batch_bytes: int | None = None):
@@ -131,7 +138,9 @@ class Ledger:
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.conf = dict(client_conf or {})
-        self.state = LedgerState()
+        self._state = LedgerState()
+        # Told (state before, state read again) after an in-doubt commit was resolved.
+        self.on_reload: Callable[[LedgerState, LedgerState], None] | None = None
         self.writer = TransactionalWriter(bootstrap, transactional_id, self.conf,
                                           what=f"the ledger {topic}", max_batch_bytes=max_batch_bytes)
 
@@ -139,20 +148,55 @@ class Ledger:
     def fenced(self) -> str | None:
         return self.writer.fenced
 
+    @property
+    def in_doubt(self) -> str | None:
+        """Why the last commit's result is unknown (None: the state in memory is Kafka's)."""
+        return self.writer.in_doubt
+
+    @property
+    def state(self) -> LedgerState:
+        if self.writer.in_doubt is not None and self.writer.fenced is None:
+            self.reload()
+        return self._state
+
+    @state.setter
+    def state(self, value: LedgerState) -> None:
+        self._state = value
+
+    def reload(self) -> LedgerState:
+        """The in-doubt commit ended (a new producer's init_transactions), then the state as
+        Kafka has it: raises, leaving the doubt in place, while either cannot be done."""
+        before = self._state
+        self.writer.settle_doubt()
+        self._state = self.load()
+        log.warning("the ledger %s was read again after a commit with an unknown result: that "
+                    "commit %s", self.topic, "landed" if self._state.entries() != before.entries()
+                    else "did not change it (aborted, or it wrote what was there)")
+        if self.on_reload is not None:
+            self.on_reload(before, self._state)
+        return self._state
+
     def close(self) -> None:
         self.writer.close()
 
     def load(self) -> LedgerState:
-        self.state = load_state(self.bootstrap, self.topic, self.conf)
-        return self.state
+        self._state = load_state(self.bootstrap, self.topic, self.conf)
+        return self._state
 
     def commit(self, state: LedgerState, records: Iterable[Record] = (),
                keys: Iterable[str] | None = None) -> None:
         """Produce `records` and `state`'s entries named by `keys` (default: all of them) in one
         transaction; the in-memory state becomes `state` only once Kafka has committed it.
-        Raises LedgerFenced, for good, once a newer instance has taken the transactional id."""
+        Raises LedgerFenced, for good, once a newer instance has taken the transactional id.
+        A commit whose result is unknown raises too, and leaves `in_doubt` set: `state` is
+        read again before it is next read."""
+        if self.writer.in_doubt is not None and self.writer.fenced is None:
+            # `state` was made from a copy that the in-doubt commit may have outdated.
+            self.reload()
+            raise RuntimeError(f"the ledger {self.topic} was read again after a commit with an "
+                               "unknown result: a state made before it is not committed")
         entries = state.entries()
         keys = entries.keys() if keys is None else keys
         self.writer.transaction(records, then=[(self.topic, None, k.encode(), json.dumps(entries[k]).encode(), [])
                                                for k in keys])
-        self.state = state
+        self._state = state

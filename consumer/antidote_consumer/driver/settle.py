@@ -19,6 +19,7 @@ from antidote_consumer.worker.chosen import retry_delay_ms, systemic_signal
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
 
 from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
+from .settle_refused import RefusedSettle
 
 log = logging.getLogger("antidote.consumer")
 
@@ -43,7 +44,18 @@ class QueueDisabled(Exception):
         return self.codes[self.reason]
 
 
-class Settler:
+class Settler(RefusedSettle):
+    def _reloaded(self, before, after) -> None:
+        """The ledger was read again after an in-doubt commit (Ledger.reload): what a commit
+        that landed counted is counted in the metrics too, as its settle would have."""
+        m = self.metrics
+        for outcome, n in after.counts.items():
+            if n > before.counts.get(outcome, 0):
+                m.count(outcome, n - before.counts.get(outcome, 0))
+        if after.attempts > before.attempts:
+            m.attempts.labels(**m.ids).inc(after.attempts - before.attempts)
+        m.consecutive.labels(**m.ids).set(after.consecutive_failures)
+
     def _settle(self, result: BatchResult, isolated: list, batch_id: int | None,
                 positions: dict[str, int] | None) -> None:
         # Long on purpose: every record of one batch (sink, retries, poison, dead letters, the
@@ -151,7 +163,7 @@ class Settler:
                 key = f"{topic}:{partition}"  # stopped at a record not due yet: read it again
                 if key in positions:
                     state.positions[key] = min(positions[key], offset)
-        self.ledger.commit(state, records)
+        self._commit_settle(state, records)  # again while a record is refused (settle_refused)
         retried = sum(1 for r in result.failures if r.kind == Verdict.RETRY.value)
         if capped:
             log.warning("%d message(s) asked Retry(after=...) longer than %s (maxCycleDelay, or the "

@@ -7,7 +7,10 @@ What it gets right once, for both: a newer instance with the same transactional 
 this one for good (`Fenced`, never retried, nothing more written); a retriable commit error
 is retried as librdkafka asks; an abort never hides why the transaction failed; a producer
 left unusable is replaced by a new one, whose init_transactions aborts what was left open;
-a record the broker refuses is reported as `RecordRefused` with the broker's reason.
+a record the broker refuses is reported as `RecordRefused` with the broker's reason; a commit
+whose result is unknown (it timed out, or failed in a way that does not say it was aborted) is
+marked `in_doubt` until a new producer's init_transactions has finished it, one way or the
+other (`settle_doubt`), so that a caller re-reads what it committed before deciding anything.
 """
 
 from __future__ import annotations
@@ -41,6 +44,20 @@ class RecordRefused(RuntimeError):
     permission); the transaction was aborted and nothing of it is visible."""
 
 
+class CommitInDoubt(RuntimeError):
+    """commit_transaction was called and did not say whether it committed (internal to
+    TransactionalWriter: the caller gets the commit's own error and `in_doubt`)."""
+
+
+def commit_aborted(err: KafkaError) -> bool:
+    """Whether a failed commit_transaction certainly committed nothing. Only an error that
+    requires an abort says so (a record was refused, the coordinator refused the commit):
+    a transaction that can still be aborted was not committed. A timeout, an error that
+    leaves the producer fatal or any other answer may come after the coordinator took the
+    commit, which then completes at the next init_transactions: its result is unknown."""
+    return err.txn_requires_abort()
+
+
 class TransactionalWriter:
     def __init__(self, bootstrap: str, transactional_id: str, conf: dict[str, str] | None = None,
                  *, what: str = "the ledger", max_batch_bytes: int | None = None):
@@ -57,6 +74,8 @@ class TransactionalWriter:
         # traceback's frames, and with them the dead producer, alive.
         self.fenced: str | None = None
         self._refusals: list[str] = []
+        # Why the last commit's result is unknown, until settle_doubt ends it (see _commit).
+        self.in_doubt: str | None = None
         self._producer: Producer | None = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -90,6 +109,7 @@ class TransactionalWriter:
         `before(topic)` runs before each of `records` is produced (pacing)."""
         if self.fenced is not None:
             raise Fenced(self.fenced)
+        self.settle_doubt()
         if self._producer is None:
             self._producer = self._new_producer()
         p = self._producer
@@ -105,6 +125,19 @@ class TransactionalWriter:
                 if offsets:
                     p.send_offsets_to_transaction(offsets, group, COMMIT_TIMEOUT_S)
                 self._commit(p)
+            except CommitInDoubt as doubt:
+                p.poll(0)
+                if self._refusals:  # a transaction with a refused record never commits
+                    self._abort(p, doubt.__cause__ or doubt)
+                    raise RecordRefused(self._refusals[0]) from doubt.__cause__
+                # Not aborted: an abort now would be refused (the commit is still in flight)
+                # or would hide that it may have landed. The next producer's init_transactions
+                # finishes it either way; until then nothing is decided from the caller's copy.
+                self._producer = None
+                self.in_doubt = str(doubt)
+                log.warning("the commit of %s has an unknown result (%s): it is re-read before "
+                            "anything else is decided", self.what, doubt)
+                raise doubt.__cause__ or doubt  # a fenced one is handled below
             except BaseException as err:
                 p.poll(0)  # serves the refusals that made the commit fail, before the abort purges
                 self._abort(p, err)
@@ -149,6 +182,17 @@ class TransactionalWriter:
         if self._refusals:
             raise RecordRefused(self._refusals[0])
 
+    def settle_doubt(self) -> bool:
+        """End an in-doubt commit: a new producer's init_transactions completes a commit the
+        coordinator had begun, or aborts one it never got, and returns only then. True if
+        there was one: what it wrote is now either all visible or never will be."""
+        if self.in_doubt is None or self.fenced is not None:
+            return False  # a fenced one never makes a producer again (it would fence the owner)
+        if self._producer is None:
+            self._producer = self._new_producer()
+        self.in_doubt = None
+        return True
+
     @staticmethod
     def _commit(p: Producer) -> None:
         # A retriable error (a timeout) leaves the commit in flight: librdkafka wants the same
@@ -156,11 +200,16 @@ class TransactionalWriter:
         deadline = time.monotonic() + COMMIT_TIMEOUT_S
         while True:
             try:
-                p.commit_transaction(max(1.0, deadline - time.monotonic()))
+                p.commit_transaction(max(min(1.0, COMMIT_TIMEOUT_S), deadline - time.monotonic()))
                 return
             except KafkaException as err:
-                if not err.args[0].retriable() or time.monotonic() >= deadline:
+                if err.args[0].retriable() and time.monotonic() < deadline:
+                    continue
+                if commit_aborted(err.args[0]):
                     raise
+                raise CommitInDoubt(err.args[0].str()) from err
+            except BaseException as err:  # interrupted while the commit was in flight
+                raise CommitInDoubt(f"interrupted ({type(err).__name__})") from err
 
     def _fence(self, err: KafkaException) -> None:
         self._producer = None

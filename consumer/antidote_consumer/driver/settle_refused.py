@@ -1,0 +1,62 @@
+"""A settle whose records the broker refuses: a poison or dead-letter topic deleted, denied to
+this consumer, or its max.message.bytes lowered below a record after the start (what the
+consumer read at its start, see settle._fitted, no longer holds).
+
+Such a refusal aborts the whole transaction, so nothing of the batch is written; running the
+batch's handlers again would only call them again and rewrite their sink outputs, and the
+next settle would be refused the same way. So the same outcomes are committed again, never
+recomputed: each refusal is a batch failure, counted in the ledger as a rollback is, backed
+off as a rollback is, and after `queueDisable.consecutiveBatchFailures` of them the queue is
+disabled (ConsecutiveBatchFailures) with the topic and the broker's words. Each message of the
+batch keeps the handler calls it had: the `(immediate + 1) x (cycles + 1)` bound holds."""
+
+from __future__ import annotations
+
+import logging
+
+from antidote_consumer.kafka.transactions import RecordRefused
+
+log = logging.getLogger("antidote.consumer")
+
+MAX_BACKOFF_S = 30.0
+
+
+def refused_backoff(failures: int, base: float) -> float:
+    """Seconds before the `failures`-th refused settle is tried again (a rollback's)."""
+    return min(base * 2 ** (failures - 1), MAX_BACKOFF_S)
+
+
+def refused_disables(failures: int, enabled: bool, threshold: int) -> bool:
+    """Whether `failures` refused settles in a row disable the queue."""
+    return enabled and failures >= threshold
+
+
+class RefusedSettle:
+    """Part of `batches.Runtime` (with settle.Settler): `_commit_settle`."""
+
+    def _commit_settle(self, state, records: list) -> None:
+        """Commit a settle's `state` and `records`, again while the broker refuses a record
+        (see the module); raises QueueDisabled when the refusals disable the queue, and the
+        refusal itself when a stop interrupts the wait (the batch runs again after it)."""
+        from .settle import QueueDisabled  # settle imports this module
+
+        qd = self.s.queue_disable
+        while True:
+            try:
+                self.ledger.commit(state, records)
+                return
+            except RecordRefused as err:
+                failures = self._rollback(err)  # counted in the ledger, like a rollback
+                if refused_disables(failures, qd.enabled, qd.consecutive_batch_failures):
+                    raise QueueDisabled(
+                        "ConsecutiveBatchFailures",
+                        f"the batch's outcomes could not be written {failures} times in a row, "
+                        f"refused by the broker: {err}. Nothing of the batch was committed and "
+                        "its handlers are not run again: it stays unconsumed. Make the topic "
+                        "writable (it exists, this consumer may write it, its max.message.bytes "
+                        "holds the record), then resume") from err
+                delay = refused_backoff(failures, self.retry_sleep)
+                log.warning("the batch's outcomes were refused (%s): written again in %.1fs, "
+                            "without running its handlers again", err, delay)
+                if self.stopping.wait(delay):
+                    raise
