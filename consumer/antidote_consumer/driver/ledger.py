@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -139,6 +140,11 @@ class Ledger:
         self.transactional_id = transactional_id
         self.conf = dict(client_conf or {})
         self._state = LedgerState()
+        # Why the copy in memory may be behind Kafka (a commit with an unknown result), until
+        # it was read again; the lock makes one reader of it (the retry pump reads `state`
+        # outside the batch lock), and the others wait for what it read.
+        self._stale: str | None = None
+        self._reading = threading.Lock()
         # Told (state before, state read again) after an in-doubt commit was resolved.
         self.on_reload: Callable[[LedgerState, LedgerState], None] | None = None
         self.writer = TransactionalWriter(bootstrap, transactional_id, self.conf,
@@ -151,11 +157,11 @@ class Ledger:
     @property
     def in_doubt(self) -> str | None:
         """Why the last commit's result is unknown (None: the state in memory is Kafka's)."""
-        return self.writer.in_doubt
+        return self._stale
 
     @property
     def state(self) -> LedgerState:
-        if self.writer.in_doubt is not None and self.writer.fenced is None:
+        if self._stale is not None and self.writer.fenced is None:
             self.reload()
         return self._state
 
@@ -166,9 +172,13 @@ class Ledger:
     def reload(self) -> LedgerState:
         """The in-doubt commit ended (a new producer's init_transactions), then the state as
         Kafka has it: raises, leaving the doubt in place, while either cannot be done."""
-        before = self._state
-        self.writer.settle_doubt()
-        self._state = self.load()
+        with self._reading:
+            if self._stale is None:
+                return self._state  # read by another thread meanwhile
+            before = self._state
+            self.writer.settle_doubt()
+            self._state = load_state(self.bootstrap, self.topic, self.conf)
+            self._stale = None
         log.warning("the ledger %s was read again after a commit with an unknown result: that "
                     "commit %s", self.topic, "landed" if self._state.entries() != before.entries()
                     else "did not change it (aborted, or it wrote what was there)")
@@ -190,13 +200,17 @@ class Ledger:
         Raises LedgerFenced, for good, once a newer instance has taken the transactional id.
         A commit whose result is unknown raises too, and leaves `in_doubt` set: `state` is
         read again before it is next read."""
-        if self.writer.in_doubt is not None and self.writer.fenced is None:
+        if self._stale is not None and self.writer.fenced is None:
             # `state` was made from a copy that the in-doubt commit may have outdated.
             self.reload()
             raise RuntimeError(f"the ledger {self.topic} was read again after a commit with an "
                                "unknown result: a state made before it is not committed")
         entries = state.entries()
         keys = entries.keys() if keys is None else keys
-        self.writer.transaction(records, then=[(self.topic, None, k.encode(), json.dumps(entries[k]).encode(), [])
-                                               for k in keys])
+        try:
+            self.writer.transaction(records, then=[(self.topic, None, k.encode(), json.dumps(entries[k]).encode(), [])
+                                                   for k in keys])
+        except BaseException:
+            self._stale = self.writer.in_doubt
+            raise
         self._state = state

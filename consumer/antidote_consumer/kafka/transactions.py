@@ -16,6 +16,7 @@ other (`settle_doubt`), so that a caller re-reads what it committed before decid
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -76,6 +77,7 @@ class TransactionalWriter:
         self._refusals: list[str] = []
         # Why the last commit's result is unknown, until settle_doubt ends it (see _commit).
         self.in_doubt: str | None = None
+        self._settling = threading.Lock()
         self._producer: Producer | None = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -186,12 +188,13 @@ class TransactionalWriter:
         """End an in-doubt commit: a new producer's init_transactions completes a commit the
         coordinator had begun, or aborts one it never got, and returns only then. True if
         there was one: what it wrote is now either all visible or never will be."""
-        if self.in_doubt is None or self.fenced is not None:
-            return False  # a fenced one never makes a producer again (it would fence the owner)
-        if self._producer is None:
-            self._producer = self._new_producer()
-        self.in_doubt = None
-        return True
+        with self._settling:  # two producers at once: the older would be fenced by the newer
+            if self.in_doubt is None or self.fenced is not None:
+                return False  # a fenced one never makes a producer again (it would fence the owner)
+            if self._producer is None:
+                self._producer = self._new_producer()
+            self.in_doubt = None
+            return True
 
     @staticmethod
     def _commit(p: Producer) -> None:

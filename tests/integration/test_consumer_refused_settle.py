@@ -1,0 +1,59 @@
+"""A settle the broker keeps refusing (issue 43, item 3): the poison topic's max.message.bytes
+lowered below its record after the consumer started. Real broker, real local Spark."""
+
+from __future__ import annotations
+
+import logging
+
+from antidote_api.wire import ExitCode
+
+from . import consumer_util as cu
+from .kafka_io import produce, read_all
+from .test_consumer_edges import _ledger, _set_topic_config
+
+THRESHOLD = 3  # queueDisable.consecutiveBatchFailures
+
+
+def test_a_poison_topic_that_refuses_writes_disables_the_queue_within_the_attempt_bound(
+        spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir, caplog) -> None:
+    source = topic_factory()
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy={
+        "retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
+        "queueDisable": {"consecutiveBatchFailures": THRESHOLD}})
+    produce(kafka_bootstrap, source, [(b"k0", b"m0", None), (b"k1", b"poison", None),
+                                      (b"k2", b"m2", None)])
+
+    def refuse(consumer) -> None:
+        # After the start, when the consumer has read the topic's limit (settle._fitted): the
+        # poison record (its headers alone are ~1 kB) no longer fits; the retry topic still
+        # takes the first failure, and the retry pump's settle of the second is refused.
+        _set_topic_config(kafka_admin, s.topics.poison, "max.message.bytes", "200")
+
+    caplog.set_level(logging.INFO, logger="antidote.consumer")
+    try:
+        code, m = cu.run(spark, s, retry_sleep=0.1, deadline=90, recovered=refuse)
+    except AssertionError as err:  # not idle: the retry batch ran again and again
+        code, m = err, None
+    calls = cu.calls(calls_dir, source)
+
+    # (immediate + 1) x (cycles + 1) = 2 calls, the refused settles included.
+    assert calls[f"{source}/0/1"] == 2, f"the poison message was called {calls[f'{source}/0/1']} times"
+    assert code == ExitCode.CONSECUTIVE_BATCH_FAILURES
+    state = _ledger(kafka_bootstrap, s)
+    assert state.disabled == "ConsecutiveBatchFailures" and state.consecutive_failures == THRESHOLD
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue disabled")]
+    assert f"{s.topics.poison}: " in line and "Message size too large" in line, line
+    assert read_all(kafka_bootstrap, s.topics.poison) == []
+    assert cu.metric(m, "antidote_batch_failures_total") == THRESHOLD
+    assert (state.counts["processed"], state.counts["retried"], state.counts["moved"]) == (2, 1, 0)
+
+    # The topic fixed, a resume writes the outcome once; the retry batch, never committed,
+    # runs its handler once more (the one call a resume costs).
+    _set_topic_config(kafka_admin, s.topics.poison, "max.message.bytes", "1048588")
+    code, m = cu.run(spark, cu.resumed(s))
+
+    assert code == ExitCode.OK
+    assert list(cu.quarantined(kafka_bootstrap, s.topics.poison)) == [(0, 1)]
+    assert cu.calls(calls_dir, source)[f"{source}/0/1"] == 3
+    state = _ledger(kafka_bootstrap, s)
+    assert (state.disabled, state.consecutive_failures, state.counts["moved"]) == (None, 0, 1)
