@@ -6,11 +6,19 @@ this process), not by a stand-in; the shared broker is never paused."""
 from __future__ import annotations
 
 import copy
+import time
+import uuid
 
 from confluent_kafka import KafkaException
 
+from antidote_consumer.driver.consumer import Consumer
 from antidote_consumer.driver.ledger import Ledger, LedgerState, load_state
+from antidote_consumer.driver.metrics import Metrics
+from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import transactions
+
+from . import consumer_util as cu
+from .kafka_io import produce
 
 RETRY = "t.retry-1:0"
 SOURCE = "t:0"
@@ -18,6 +26,13 @@ SOURCE = "t:0"
 # the coordinator's answer, is where a commit times out and lands. Which one does depends on
 # the machine's load, so each is tried a few times.
 TIMEOUTS = [0.002, 0.005, 0.01, 0.02, 0.04, 0.08] * 4
+
+
+def unique_name() -> str:
+    """A consumer name of this test's own: the transactional id (antidote/tests/<name>) is
+    the broker's, and a test beside this one on the same broker with the same name would
+    fence it."""
+    return f"c-{uuid.uuid4().hex[:8]}"
 
 
 def test_a_ledger_commit_that_timed_out_and_landed_is_read_again_and_no_position_goes_back(
@@ -63,3 +78,56 @@ def test_a_ledger_commit_that_timed_out_and_landed_is_read_again_and_no_position
         led.close()
     # The case under test happened at least once (and aborted ones, if any, were handled too).
     assert landed >= 1, f"no commit timed out and landed in {len(TIMEOUTS)} tries ({aborted} aborted)"
+
+
+def test_a_retry_batch_whose_commit_timed_out_and_landed_is_not_settled_again(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir, monkeypatch) -> None:
+    """The retry pump's own rounds (Consumer.pump_once, as its loop calls them): a round's
+    settle times out for real; the next round must plan from what Kafka holds. Before, it
+    planned from the copy in memory and ran the records of a settle that had landed again:
+    their handler a second time, their poison record twice."""
+    source = topic_factory()
+    s = cu.settings(kafka_bootstrap, source, tmp_path, name=unique_name(), policy={
+        "retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"}})
+    consumer = Consumer(s, spark, Metrics(s.namespace, s.consumer))
+    consumer.runtime.recover()
+    retry = s.topics.retry[0]
+    landed = aborted = 0
+    try:
+        for i, timeout in enumerate(TIMEOUTS):
+            # A message parked in the last cycle, due now: it fails (b"poison") and is moved.
+            hdrs = h.failure_headers(origin=h.Origin(source, 0, i, 0), attempts=1, cycle=1,
+                                     first_failure=0, last_failure=0, reason=None, error_class="E",
+                                     error_message="x", stack=None, consumer=consumer.runtime.consumer_id,
+                                     policy="p", due=0)
+            produce(kafka_bootstrap, retry, [(b"k%d" % i, b"poison-%d" % i, hdrs)])
+            give_up = time.monotonic() + 60
+            while cu.calls(calls_dir, source)[f"{source}/0/{i}"] == 0:
+                assert time.monotonic() < give_up, f"round {i}: the parked record was never run"
+                monkeypatch.setattr(transactions, "COMMIT_TIMEOUT_S", timeout)
+                try:
+                    n, _due = consumer.pump_once()
+                    doubt = False
+                except KafkaException:
+                    doubt = True
+                finally:
+                    monkeypatch.setattr(transactions, "COMMIT_TIMEOUT_S", 60.0)
+            if not doubt:
+                continue  # committed in time (or not yet read): not the case under test
+            # The next round, as the pump loop runs it after a failed one.
+            n, _due = consumer.pump_once()
+            calls = cu.calls(calls_dir, source)[f"{source}/0/{i}"]
+            if n == 0:
+                landed += 1
+                assert calls == 1, f"round {i}: a settle that landed ran its handler again"
+            else:
+                aborted += 1
+                assert calls == 2  # the commit was aborted: the pass runs again, once
+            cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a record quarantined twice
+            if landed >= 2:
+                break
+    finally:
+        consumer._close_clients()
+    assert landed >= 1, f"no commit timed out and landed in {len(TIMEOUTS)} tries ({aborted} aborted)"
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert load_state(kafka_bootstrap, consumer.runtime.ledger.topic).counts["moved"] == len(poison)
