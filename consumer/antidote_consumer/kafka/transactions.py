@@ -25,7 +25,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 log = logging.getLogger("antidote.consumer")
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # quarantine keeps records whole, however large
-COMMIT_TIMEOUT_S = 60.0
+COMMIT_TIMEOUT_S = 60.0  # commit_transaction's own part: the coordinator's answer
+DELIVERY_TIMEOUT_S = 60.0  # the transaction's records delivered, before the commit
 # What librdkafka and the broker say to a producer whose transactional id a newer one took.
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
@@ -126,6 +127,7 @@ class TransactionalWriter:
                 self._produce_all(p, then, None)
                 if offsets:
                     p.send_offsets_to_transaction(offsets, group, COMMIT_TIMEOUT_S)
+                self._delivered(p)
                 self._commit(p)
             except CommitInDoubt as doubt:
                 p.poll(0)
@@ -183,6 +185,17 @@ class TransactionalWriter:
     def _raise_refused(self) -> None:
         if self._refusals:
             raise RecordRefused(self._refusals[0])
+
+    def _delivered(self, p: Producer) -> None:
+        """Every record of the transaction delivered (or refused) before the commit is asked
+        for: then a refusal or a delivery that takes too long certainly aborts it (the commit
+        was never asked for), and what commit_transaction may leave unknown is the
+        coordinator's answer alone (see _commit)."""
+        left = p.flush(DELIVERY_TIMEOUT_S)
+        self._raise_refused()
+        if left:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} record(s) of the transaction "
+                                            f"not delivered within {DELIVERY_TIMEOUT_S:g}s"))
 
     def settle_doubt(self) -> bool:
         """End an in-doubt commit: a new producer's init_transactions completes a commit the
