@@ -41,9 +41,14 @@ def run_continuously(spark, s, recovered, stop_after: float):
         timer.cancel()
 
 
-@pytest.mark.parametrize("mode", ["continuous", "until-idle"])
+# How the poison topic refuses, and the broker's (or client's) words for it.
+REFUSALS = {"too-small": "Message size too large", "deleted": "Unknown topic or partition"}
+
+
+@pytest.mark.parametrize(("mode", "refusal"), [("continuous", "too-small"), ("until-idle", "too-small"),
+                                               ("continuous", "deleted")])
 def test_a_poison_topic_that_refuses_writes_disables_the_queue_within_the_attempt_bound(
-        mode, spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir, caplog) -> None:
+        mode, refusal, spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir, caplog) -> None:
     source = topic_factory()
     s = cu.settings(kafka_bootstrap, source, tmp_path, name=unique_name(), policy={
         "retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
@@ -52,10 +57,14 @@ def test_a_poison_topic_that_refuses_writes_disables_the_queue_within_the_attemp
                                       (b"k2", b"m2", None)])
 
     def refuse(consumer) -> None:
-        # After the start, when the consumer has read the topic's limit (settle._fitted): the
-        # poison record (its headers alone are ~1 kB) no longer fits; the retry topic still
-        # takes the first failure, and the retry pump's settle of the second is refused.
-        _set_topic_config(kafka_admin, s.topics.poison, "max.message.bytes", "200")
+        # After the start, when the consumer has made its topics and read their limits
+        # (settle._fitted); the retry topic still takes the first failure, and the retry
+        # pump's settle of the second is refused.
+        if refusal == "too-small":  # the poison record (its headers alone ~1 kB) no longer fits
+            _set_topic_config(kafka_admin, s.topics.poison, "max.message.bytes", "200")
+        else:  # the dev broker does not create topics on a write (auto.create.topics.enable=false)
+            for fut in kafka_admin.delete_topics([s.topics.poison]).values():
+                fut.result(timeout=30)
 
     caplog.set_level(logging.INFO, logger="antidote.consumer")
     if mode == "continuous":
@@ -73,14 +82,17 @@ def test_a_poison_topic_that_refuses_writes_disables_the_queue_within_the_attemp
     state = _ledger(kafka_bootstrap, s)
     assert state.disabled == "ConsecutiveBatchFailures" and state.consecutive_failures == THRESHOLD
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue disabled")]
-    assert f"{s.topics.poison}: " in line and "Message size too large" in line, line
-    assert read_all(kafka_bootstrap, s.topics.poison) == []
+    assert f"{s.topics.poison}: " in line and REFUSALS[refusal] in line, line
+    if refusal == "too-small":
+        assert read_all(kafka_bootstrap, s.topics.poison) == []
     assert cu.metric(m, "antidote_batch_failures_total") == THRESHOLD
     assert (state.counts["processed"], state.counts["retried"], state.counts["moved"]) == (2, 1, 0)
 
     # The topic fixed, a resume writes the outcome once; the retry batch, never committed,
     # runs its handler once more (the one call a resume costs).
-    _set_topic_config(kafka_admin, s.topics.poison, "max.message.bytes", "1048588")
+    if refusal == "too-small":
+        _set_topic_config(kafka_admin, s.topics.poison, "max.message.bytes", "1048588")
+    # (deleted: the consumer's start creates it again, as any missing derived topic)
     code, m = cu.run(spark, cu.resumed(s))
 
     assert code == ExitCode.OK
