@@ -38,6 +38,9 @@ class FakeProducer:
     def flush(self, _t):
         return 0
 
+    def __len__(self):  # nothing left undelivered
+        return 0
+
     def commit_transaction(self, _t):
         self.calls.append("commit")
         if self.commit_error is not None:
@@ -216,3 +219,29 @@ def test_a_stop_ends_the_wait_of_a_refused_settle_without_disabling() -> None:
     with pytest.raises(RecordRefused):
         rt._commit_settle(LedgerState(), [])
     assert rt.failures == 1
+
+
+def test_records_left_undelivered_abort_the_transaction_before_its_commit_is_asked_for() -> None:
+    p = FakeProducer()
+    p.__class__ = type("Stuck", (FakeProducer,), {"__len__": lambda self: 3})
+    w = FakeWriter([p])
+
+    with pytest.raises(KafkaException, match="3 record"):
+        w.transaction(RECORD)
+
+    assert "commit" not in p.calls and p.calls[-1] == "abort" and w.in_doubt is None
+
+
+def test_a_flush_that_fails_inside_the_refusal_callback_raises_the_kafka_error() -> None:
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+
+    def flush(_t):  # as confluent-kafka 2.16 fails a flush that meets a fatal error
+        raise SystemError("returned a result with an exception set") from fenced
+
+    p = FakeProducer()
+    p.flush = flush
+    w = FakeWriter([p])
+
+    with pytest.raises(transactions.Fenced, match="newer instance"):
+        w.transaction(RECORD)
+    assert "commit" not in p.calls
