@@ -51,7 +51,7 @@ class RefusedSettle:
                     raise QueueDisabled(
                         "ConsecutiveBatchFailures",
                         f"the batch's outcomes could not be written {failures} times in a row, "
-                        f"refused by the broker: {err}. Nothing of the batch was committed and "
+                        f"refused: {err}. Nothing of the batch was committed and "
                         "its handlers are not run again: it stays unconsumed. Make the topic "
                         "writable (it exists, this consumer may write it, its max.message.bytes "
                         "holds the record), then resume") from err
