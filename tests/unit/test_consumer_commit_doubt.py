@@ -245,3 +245,24 @@ def test_a_flush_that_fails_inside_the_refusal_callback_raises_the_kafka_error()
     with pytest.raises(transactions.Fenced, match="newer instance"):
         w.transaction(RECORD)
     assert "commit" not in p.calls
+
+
+def test_what_a_commit_that_landed_counted_is_counted_in_the_metrics_once() -> None:
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.settle import Settler
+
+    settler = Settler()
+    settler.metrics = m = Metrics("tests", "c")
+    before = LedgerState(counts={"processed": 5, "retried": 1}, attempts=7)
+    landed = LedgerState(counts={"processed": 8, "retried": 1, "moved": 2}, attempts=12,
+                         consecutive_failures=0)
+
+    settler._reloaded(before, landed)
+    settler._reloaded(landed, copy.deepcopy(landed))  # read again, nothing new
+
+    def sample(name, **labels):
+        return m.registry.get_sample_value(name, {**m.ids, **labels}) or 0.0
+    assert sample("antidote_messages_total", outcome="processed") == 3
+    assert sample("antidote_messages_total", outcome="moved") == 2
+    assert sample("antidote_messages_total", outcome="retried") == 0
+    assert sample("antidote_attempts_total") == 5
