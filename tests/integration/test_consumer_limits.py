@@ -248,4 +248,5 @@ def test_the_handler_never_sees_antidote_headers_of_a_source_record(
     assert code == ExitCode.OK
     (out,) = read_all(kafka_bootstrap, sink)
     assert json.loads(out.value) == ["trace", "antidote.redrive.count"]
-    assert list(out.headers) == hdrs  # the sink gets the headers as read
+    # Dropped before anything reads them: the sink gets the headers the handler was shown.
+    assert list(out.headers) == [("trace", b"t"), ("antidote.redrive.count", b"1")]

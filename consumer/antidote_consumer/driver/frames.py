@@ -118,10 +118,13 @@ def is_job_failure(err: BaseException) -> bool:
 
 
 def origin_of(raw, source_topic: str):
-    """(origin, user headers, cycle) of a record as read. A malformed retry record (not written
-    by Antidote) is taken as it is, like a source record: the worker quarantines it as invalid."""
+    """(origin, user headers, cycle) of a record as read. A source record's antidote.* headers
+    are dropped (h.source_headers), as the workers drop them. A malformed retry record (not
+    written by Antidote) is taken as it is: the worker quarantines it as invalid."""
     hdrs = [(x.key, x.value) for x in (raw.headers or [])]
-    st = None if raw.topic == source_topic else h.retry_state_or_none(hdrs)
+    if raw.topic == source_topic:
+        return h.Origin(raw.topic, raw.partition, raw.offset, raw.ts), h.source_headers(hdrs), 0
+    st = h.retry_state_or_none(hdrs)
     if st is None:
         return h.Origin(raw.topic, raw.partition, raw.offset, raw.ts), hdrs, 0
     return st.origin, h.user_headers(hdrs), st.cycle

@@ -30,6 +30,26 @@ def user_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
     return [(k, v) for k, v in (headers or ()) if not k.startswith(PREFIX) or k == REDRIVE_COUNT]
 
 
+def has_ours(headers: Iterable[tuple[str, bytes | None]]) -> bool:
+    """Whether `user_headers` would drop any of `headers` (a loop, not a new list: the
+    workers ask for every source record that has headers)."""
+    for k, _v in headers:
+        if k.startswith(PREFIX) and k != REDRIVE_COUNT:
+            return True
+    return False
+
+
+def source_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
+    """A source record's headers as Antidote takes them, before anything reads them: its
+    `antidote.*` headers dropped, but the redrive count (the reader's Redrive sets it on the
+    source, and its loop guard must see it again). Anyone who can write to the source can set
+    those names: a forged `antidote.held` would make its retry record a first delivery again
+    (its cycle and attempts reset), a forged `antidote.error.stack` or `antidote.due` would
+    travel onto its quarantine record. A message's history lives on its retry records only,
+    which Antidote writes; the reader's Redrive drops the same headers (reader.rules)."""
+    return user_headers(headers)
+
+
 def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 15] + "... [truncated]"
 

@@ -99,7 +99,7 @@ def _skip(s: EffectiveSettings, bootstrap: str, conf: dict, dry_run: bool) -> Sk
     hdrs = list(msg.headers() or [])
     if f["topic"] == s.source.topic:
         origin = h.Origin(f["topic"], f["partition"], f["offset"], msg.timestamp()[1])
-        user = hdrs
+        user = h.source_headers(hdrs)  # as the consumer takes a source record: none of ours
     elif (st := h.retry_state_or_none(hdrs)) is not None:  # stopped on a retry cycle
         origin = st.origin
         user = h.user_headers(hdrs)

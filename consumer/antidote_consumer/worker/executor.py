@@ -219,10 +219,11 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
             user = (raw if pairs else [(x["key"], x["value"]) for x in raw]) if raw else ()
             if topic == source:
                 cycle, before, first = 0, 0, None
-                # The handler never sees Antidote's headers (a source record may carry them: a
-                # redriven message, a copy of a quarantined one); the sink gets them as read.
-                shown = h.user_headers(user) if user and _has_ours(user) else user
-                msg = Message(key, value, tuple(shown) if shown else (), topic, partition, offset, ts)
+                # Its antidote.* headers go before anything reads them (h.source_headers): a
+                # forged one reaches neither the handler nor any record written for it.
+                if user and h.has_ours(user):
+                    user = h.source_headers(user)
+                msg = Message(key, value, tuple(user) if user else (), topic, partition, offset, ts)
             else:
                 if owner is not None:
                     wrote = h.consumer_of(user)
@@ -379,13 +380,6 @@ def largest_record(batch) -> int:
         total = np.cumsum(size)  # total[i]: the first i headers' bytes
         n += int((total[ends[1:]] - total[ends[:-1]]).max())
     return n
-
-
-def _has_ours(headers) -> bool:
-    for k, _v in headers:
-        if k.startswith(h.PREFIX) and k != h.REDRIVE_COUNT:
-            return True
-    return False
 
 
 def _note_one_partition(topics: list, parts: list, offsets: list, ends: dict[tuple[str, int], int]) -> bool:
