@@ -18,6 +18,7 @@ from antidote_consumer.kafka.headers import MAX_STACK, truncate_stack
 
 from .chosen import CHOSE_NON_RETRYABLE, CHOSE_RETRY, bad_after, no_cycle_left
 from .deadline import AttemptTimeout
+from .describe import class_name, error_text, valid_text
 from .handler import Handler, encode_output
 from .message import Message
 
@@ -51,11 +52,6 @@ class Outcome:
     # What the handler chose by raising antidote.Retry / antidote.NonRetryable (chosen.py).
     chosen: str | None = None
     retry_after: int | None = None  # Retry(after=...) in ms, bounded later by the driver
-
-
-def class_name(cls: type) -> str:
-    """`ValueError` for builtins, `package.module.Name` otherwise."""
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:
@@ -105,19 +101,29 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
 
 def _decided(message: Message, plan: Plan, cycle: int, calls: int,
              err: BaseException) -> Outcome | None:
+    """`_decides`, and None (an ordinary failure) when the error cannot even be looked at: a
+    class of the handler's whose attributes raise must not fail the batch."""
+    try:
+        return _decides(message, plan, cycle, calls, err)
+    except Exception:  # noqa: BLE001 - the handler's code: any failure is the message's
+        return None
+
+
+def _decides(message: Message, plan: Plan, cycle: int, calls: int,
+             err: BaseException) -> Outcome | None:
     """The outcome an error decides by itself, or None when the pass goes on (attempts left).
 
     Listed in nonRetryable, or raised as NonRetryable: the disposition now. Retry: the next
     cycle now, skipping this cycle's attempts left (the disposition when no cycle is left). A
     Retry whose `after` is not a delay decides nothing: it is an ordinary failure (see
     _failed, whose message then names the message and the value), so nothing is lost."""
-    if isinstance(err, NonRetryable):
+    if issubclass(type(err), NonRetryable):  # not isinstance: that asks err.__class__
         out = _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
         out.chosen = CHOSE_NON_RETRYABLE
         return out
     if is_non_retryable(err, plan.non_retryable):
         return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
-    if isinstance(err, Retry) and err.problem is None:
+    if issubclass(type(err), Retry) and err.problem is None:
         if cycle < plan.cycles:
             out = _failed(Verdict.RETRY, calls, None, err)
             out.chosen, out.retry_after = CHOSE_RETRY, err.after_ms
@@ -207,9 +213,18 @@ def _no_carets(te: traceback.TracebackException, seen: set[int]) -> None:
 
 def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: BaseException,
             message: Message | None = None) -> Outcome:
-    stack = stack_text(err)
-    text = str(err)
-    if message is not None and isinstance(err, Retry) and err.problem is not None:
-        text = bad_after(err, message)
-    return Outcome(verdict, calls, reason=reason, error_class=class_name(type(err)),
+    """The outcome of a failed pass, `err` described in texts that never raise (describe.py)."""
+    error_class = class_name(type(err))
+    text = error_text(err)
+    if message is not None and issubclass(type(err), Retry):
+        try:
+            if err.problem is not None:
+                text = bad_after(err, message)
+        except Exception:  # noqa: BLE001 - a Retry subclass of the handler's
+            pass
+    try:
+        stack = valid_text(stack_text(err))
+    except Exception as failed:  # noqa: BLE001 - e.g. a __cause__ that raises: the error alone
+        stack = f"{error_class}: {text}\n(its traceback could not be written: {class_name(type(failed))})\n"
+    return Outcome(verdict, calls, reason=reason, error_class=error_class,
                    error_message=text, stack=truncate_stack(stack, MAX_STACK))

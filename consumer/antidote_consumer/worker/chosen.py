@@ -10,6 +10,8 @@ from typing import Any
 
 from antidote_api.wire import PoisonReason
 
+from .describe import error_text, shown
+
 # The result row's `chosen` column: what the handler raised, when it decided the outcome.
 CHOSE_RETRY = "retry"
 CHOSE_NON_RETRYABLE = "non-retryable"
@@ -18,12 +20,12 @@ CHOSE_NON_RETRYABLE = "non-retryable"
 def bad_after(err: Any, message: Any) -> str:
     """The error message of an attempt whose Retry(after=...) is not a delay: it names the
     message and the value, and says the attempt counted as an ordinary failure."""
-    return (f"Retry(after={err.after!r}) on {message.topic}/{message.partition}/{message.offset}: "
+    return (f"Retry(after={shown(err.after)}) on {message.topic}/{message.partition}/{message.offset}: "
             f"{err.problem}; the attempt counts as an ordinary failure")
 
 
 def no_cycle_left(err: Any, cycles: int) -> str:
-    return f"{err} (no retry cycle left: the policy has {cycles}, all used)"
+    return f"{error_text(err)} (no retry cycle left: the policy has {cycles}, all used)"
 
 
 def retry_delay_ms(asked_ms: int | None, policy_ms: int, bound_ms: int | None) -> int:
