@@ -85,6 +85,7 @@ class Consumer:
         if conf is None:
             conf = kafka_auth.verified_source_config(settings)  # the secretRef's, for librdkafka
             reachable(conf, settings.source.bootstrap_servers)  # one line if not, not a traceback
+        self.client_conf = conf
         admin = AdminClient({**conf, "bootstrap.servers": settings.source.bootstrap_servers})
         t = settings.topics
         derived = list(t.retry) + [t.poison, t.dlq]
@@ -174,6 +175,9 @@ class Consumer:
                   .option("kafka.bootstrap.servers", src.bootstrap_servers)
                   .options(**kafka_auth.source_spark_options(self.s))
                   .option("subscribe", src.topic)
+                  # Committed records only: those of an aborted transaction (a producer's, or a
+                  # Redrive chunk the reader aborted and sent again) must get no outcome.
+                  .option("kafka.isolation.level", "read_committed")
                   .option("startingOffsets", self._starting_offsets())
                   .option("maxOffsetsPerTrigger", str(src.max_messages_per_batch))
                   .option("includeHeaders", "true"))
@@ -194,11 +198,22 @@ class Consumer:
         if self.s.source.starting_offsets == "latest" and not floor and not state.source_start:
             # Where "latest" is now, kept: should the checkpoint be lost before a partition
             # delivers a record, that partition starts here again, not at a later "latest".
-            self.runtime.record_source_start(end_offsets(self.offsets, self.s.source.topic,
-                                                         self.partitions))
+            self.runtime.record_source_start(self._stable_ends())
         start = {int(p): o for p, o in self.runtime.ledger.state.source_start.items()}
         return starting_offsets(self.s.source.topic, self.s.source.starting_offsets,
                                 self.partitions, floor, start)
+
+    def _stable_ends(self) -> dict[int, int]:
+        """Each source partition's last stable offset: "latest" as a read_committed reader
+        sees it. (The high watermark lies past the records of a transaction still open, which
+        would be skipped once it commits.)"""
+        client = KafkaConsumer({**self.client_conf, "bootstrap.servers": self.s.source.bootstrap_servers,
+                                "group.id": "antidote-depths", "enable.auto.commit": False,
+                                "isolation.level": "read_committed"})
+        try:
+            return end_offsets(client, self.s.source.topic, self.partitions)
+        finally:
+            client.close()
 
     # --- the retry pump -----------------------------------------------------------------
     def pump_once(self) -> tuple[int, int | None]:
