@@ -199,3 +199,15 @@ def test_the_executors_give_odd_errors_their_outcome_in_one_batch() -> None:
                           first_failure=1, last_failure=1, reason=None, error_class=r["error_class"],
                           error_message=r["error_message"], stack=r["stack"], consumer="ns/c",
                           policy="p", due=1)
+
+
+def test_a_module_that_raises_an_unprintable_error_at_import_is_named_in_one_line(tmp_path, monkeypatch) -> None:
+    from antidote_consumer.worker.handler import HandlerLoadError, load_handler
+
+    (tmp_path / "unprintable_at_import.py").write_text(
+        "class E(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise E()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(HandlerLoadError) as caught:
+        load_handler("unprintable_at_import:f")
+    assert str(caught.value) == ("handler 'unprintable_at_import:f': importing unprintable_at_import failed: "
+                                 "E: <str() of unprintable_at_import.E failed: RuntimeError>")

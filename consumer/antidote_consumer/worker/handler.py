@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .describe import error_text  # a module's import error may not even print
+
 Handler = Callable[..., Any]
 
 
@@ -23,9 +25,9 @@ def load_handler(ref: str) -> Handler:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise HandlerLoadError(f"handler {ref!r}: cannot import {module_name}: {err}") from err
+        raise HandlerLoadError(f"handler {ref!r}: cannot import {module_name}: {error_text(err)}") from err
     except Exception as err:  # noqa: BLE001 - the module's own code failed as it was imported
-        first = (str(err).strip().splitlines() or [""])[0]
+        first = (error_text(err).strip().splitlines() or [""])[0]
         raise HandlerLoadError(f"handler {ref!r}: importing {module_name} failed: "
                                f"{type(err).__name__}: {first}") from err
     fn = getattr(module, attr, None)
