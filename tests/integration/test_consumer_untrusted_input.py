@@ -5,8 +5,11 @@ exact attempts `(immediate + 1) x (cycles + 1)` and only Antidote's true headers
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from confluent_kafka import Producer
 
 from antidote_api import headers as names
 from antidote_api.names import ledger_names
+from antidote_api.wire import ExitCode
 from antidote_consumer.driver.ledger import load_state
 
 from . import consumer_util as cu
@@ -32,10 +36,12 @@ def unique_name() -> str:
     return f"untrusted-{uuid.uuid4().hex[:8]}"
 
 
+# This checkout's packages first: the venv's editable install may point at another one.
+PATH = os.pathsep.join(str(p) for p in (REPO, REPO / "operator", REPO / "consumer"))
+
+
 def start(stack, calls_dir: Path, tmp_path: Path, args: list[str]):
-    # This checkout's packages first: the venv's editable install may point at another one.
-    path = os.pathsep.join(str(p) for p in (REPO, REPO / "operator", REPO / "consumer"))
-    return cu.start(stack, calls_dir, tmp_path / "consumer.log", args, PYTHONPATH=path)
+    return cu.start(stack, calls_dir, tmp_path / "consumer.log", args, PYTHONPATH=PATH)
 
 
 def run_until_idle(stack, calls_dir: Path, tmp_path: Path, bootstrap: str, source: str, sink: str,
@@ -192,3 +198,30 @@ def test_an_error_whose_str_raises_is_an_ordinary_failure(stack, kafka_bootstrap
         assert "<exception str() failed>" in hdrs[names.ERROR_STACK]  # as Python's traceback says
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [b"A", b"B", b"C"]
     assert all(called[f"{source}/0/{o}"] == 1 for o in (0, 2, 4))
+
+
+def test_antidote_skip_moves_a_source_record_without_its_forged_headers(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    produce(kafka_bootstrap, source, [(b"k%d" % i, v, [("trace", b"t%d" % i)] + FORGED)
+                                      for i, v in enumerate([b"ok", b"fatal"])])
+    name, policy = unique_name(), {"retries": {"immediate": 0, "cycles": 0}, "disposition": "Fault"}
+    args = cu.write_manifests(tmp_path, name=name, namespace="tests", bootstrap=kafka_bootstrap,
+                              source=source, handler="tests.integration.handlers_untrusted:by_value",
+                              policy=policy, sink=sink)
+    proc = start(stack, calls_dir, tmp_path, [*args, "--until-idle", "--metrics-linger", "0"])
+    assert exited(proc, 600) == ExitCode.FAULT, (tmp_path / "consumer.log").read_text()[-3000:]
+    s = cu.settings(kafka_bootstrap, source, tmp_path, name=name, policy=policy, sink=sink)
+    (tmp_path / "settings.json").write_text(json.dumps(s.model_dump(mode="json", by_alias=True)))
+
+    out = subprocess.run([sys.executable, "-m", "antidote_cli.main", "skip", name, "--settings",
+                          str(tmp_path / "settings.json")], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, **stack.env(), "PYTHONPATH": PATH})
+
+    assert out.returncode == 0, out.stderr
+    (q,) = read_all(kafka_bootstrap, f"{source}.poison")
+    # The message's own header, Antidote's (no stack: skip has none) and the skip's time.
+    assert [k for k, _ in q.headers] == ["trace"] + MOVED[:-1] + [names.SKIPPED_AT], q.headers
+    hdrs = dict(q.headers)
+    assert (hdrs[names.ORIGINAL_OFFSET], hdrs[names.ERROR_CLASS]) == (b"1", b"antidote.NonRetryable")
+    assert [r.headers for r in read_all(kafka_bootstrap, sink)] == [(("trace", b"t0"),)]
