@@ -82,6 +82,17 @@ class NonRetryableStrRaises(NonRetryable):
         raise RuntimeError("no str")
 
 
+class LyingMeta(type):
+    def _no_module(cls):
+        raise RuntimeError("no module")
+
+    __module__ = property(_no_module)  # what its classes say their module is
+
+
+class MetaLies(Exception, metaclass=LyingMeta):
+    pass
+
+
 def with_bad_notes():
     err = ValueError("noted")
     err.__notes__ = [Unprintable()]
@@ -107,6 +118,7 @@ ODD = {
     "name with a surrogate": (lambda: SurrogateName("m"), "m"),
     "__cause__ raises": (lambda: CauseRaises("c"), "c"),
     "__class__ raises": (lambda: ClassRaises("c"), "c"),
+    "its metaclass's __module__ raises": (lambda: MetaLies("c"), "c"),
     "notes that cannot print": (with_bad_notes, "noted"),
     "chained to a str that raises": (chained, "while handling"),
     "group of odd ones": (lambda: ExceptionGroup("g", [StrRaises(), StrSurrogate()]), "g (2 sub-exceptions)"),
@@ -142,6 +154,8 @@ def test_an_odd_error_is_an_ordinary_failure_with_exact_attempts(name: str, cycl
 
 
 def test_the_error_class_names_an_odd_module_as_python_does() -> None:
+    assert class_name(MetaLies) == f"{__name__}.MetaLies"  # its own name, past the metaclass
+
     assert class_name(OddModule) == class_name(NoModule).replace("NoModule", "OddModule") == "<unknown>.OddModule"
     assert class_name(SurrogateName) == f"{__name__}.Name\\udc80"
     assert class_name(ValueError) == "ValueError" and class_name(StrRaises) == f"{__name__}.StrRaises"

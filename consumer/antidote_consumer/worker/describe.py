@@ -24,9 +24,13 @@ def valid_text(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _own(cls: type, name: str) -> Any:
-    """The class's own `__qualname__`/`__module__`, read past a metaclass that overrides them."""
-    return type.__dict__[name].__get__(cls)
+def _own(cls: type, name: str, default: Any) -> Any:
+    """The class's own `__qualname__`/`__module__`, read past a metaclass that overrides
+    them; `default` when it has none."""
+    try:
+        return type.__dict__[name].__get__(cls)
+    except Exception:  # noqa: BLE001 - e.g. no __module__ in the class's dict
+        return default
 
 
 def class_name(cls: type) -> str:
@@ -37,7 +41,7 @@ def class_name(cls: type) -> str:
         if type(name) is not str or (module is not None and type(module) is not str):
             raise TypeError("not text")
     except Exception:  # noqa: BLE001 - a metaclass of the handler's: the class's own names
-        name, module = _own(cls, "__qualname__"), _own(cls, "__module__")
+        name, module = _own(cls, "__qualname__", UNKNOWN), _own(cls, "__module__", UNKNOWN)
         if type(module) is not str:
             module = UNKNOWN
     if module == "builtins":
