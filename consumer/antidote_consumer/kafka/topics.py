@@ -77,22 +77,42 @@ def derived_retention_ms(admin: AdminClient, source: str, longest_delay_ms: int)
 def misfits(partitions: int, source_partitions: int, config: dict[str, str], *, retry: bool,
             longest_delay_ms: int) -> list[str]:
     """Why an existing derived topic cannot hold what the policy puts there ([] if it can).
-    Records keep their partition number, so it needs the source's partitions; a retry topic
-    must keep a record past its due time and must not compact records away."""
+    Records keep their partition number, so it needs the source's partitions; no derived
+    topic may compact records away (a retry, poison or dead-letter record's key is its
+    message's: two failures of one key would leave one, and a null value is a tombstone);
+    a retry topic must keep a record past its due time, by age and by size alike."""
     out = []
     if partitions < source_partitions:
         out.append(f"it has {partitions} partition(s), fewer than the source's {source_partitions} "
                    "(records keep their partition number)")
+    if "compact" in (config.get("cleanup.policy") or ""):
+        what = "parked" if retry else "quarantined"
+        out.append(f"cleanup.policy is {config['cleanup.policy']!r}: compaction would delete "
+                   f"{what} records that share a key (and those with a null value)")
     if retry:
         retention = int(config.get("retention.ms") or -1)
         need = longest_delay_ms + MIN_MARGIN_MS
         if 0 <= retention < need:
             out.append(f"retention.ms is {retention}, below the longest cycle delay plus a day "
                        f"({need}): parked records would expire before they are due")
-        if "compact" in (config.get("cleanup.policy") or ""):
-            out.append(f"cleanup.policy is {config['cleanup.policy']!r}: compaction would delete "
-                       "parked records that share a key")
+        size = int(config.get("retention.bytes") or -1)
+        if size >= 0:
+            # A size bound deletes the oldest parked records whenever a partition outgrows
+            # it, due or not: a backlog (a burst of failures, a stopped consumer) loses them.
+            out.append(f"retention.bytes is {size}: parked records would be deleted, due or not, "
+                       "once a partition outgrows it (set it to -1)")
     return out
+
+
+def ledger_misfits(config: dict[str, str]) -> list[str]:
+    """Why an existing ledger topic cannot hold a consumer's ledger ([] if it can): its
+    entries are rewritten only when they change, so a delete policy would expire the
+    positions, counts and disabled state of a consumer that was idle or stopped long enough."""
+    policy = config.get("cleanup.policy") or "delete"
+    if policy.replace(" ", "") != "compact":
+        return [f"cleanup.policy is {policy!r}, not 'compact': its entries would expire "
+                "(positions, counts, a disabled queue)"]
+    return []
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
@@ -115,9 +135,12 @@ def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: s
     problems = []
     for t in derived:
         if t in existing:
-            conf = topic_config(admin, t, ("retention.ms", "cleanup.policy")) if t in retry else {}
+            conf = topic_config(admin, t, ("retention.ms", "retention.bytes", "cleanup.policy"))
             problems += [f"topic {t}: {why}" for why in misfits(
                 len(listed[t].partitions), n, conf, retry=t in retry, longest_delay_ms=longest_delay_ms)]
+    if ledger in existing:
+        problems += [f"topic {ledger}: {why}"
+                     for why in ledger_misfits(topic_config(admin, ledger, ("cleanup.policy",)))]
     if problems:
         raise TopicMisfit("; ".join(problems) + ". Change the topic (kafka-configs --alter, "
                           "kafka-topics --alter --partitions) or name other topics in the policy")
