@@ -133,7 +133,11 @@ def run(args: argparse.Namespace) -> int:
         if stop_early.is_set():
             consumer.request_stop()  # run() then returns before starting the query
         serve = None if args.metrics_port is None else (lambda: metrics.start(args.metrics_port))
-        code = consumer.run(until_idle=args.until_idle, recovered=serve)
+        try:
+            code = consumer.run(until_idle=args.until_idle, recovered=serve)
+        except TopicMisfit as err:  # a topic recreated under the ledger: like bad settings
+            print(f"antidote consumer: {err}", file=sys.stderr)
+            return 2
     finally:
         spark.stop()
     if serve is not None and code in DISABLE_EXIT.values() and args.metrics_linger > 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import consumer, crds, demo, dev, operator, skip
+from . import consumer, crds, demo, dev, operator, rebase, skip
 from .oncall import commands as oncall
 from . import reader as reader_cli
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     reader_cli.register(commands)
     oncall.register(commands)  # after reader: `redrive CONSUMER` joins its `redrive`
     skip.register(commands)
+    rebase.register(commands)
     return parser
 
 

@@ -57,3 +57,19 @@ def clear_torn_first_write(spark, location: str) -> list[str]:
                     "(a driver killed while writing it); removed so the query can start: %s",
                     location, ", ".join(removed))
     return removed
+
+
+def remove_checkpoint(spark, location: str) -> bool:
+    """Remove the checkpoint at `location` (any filesystem Spark reads it from): after a
+    recreated source topic was rebased (driver.rebase), its offsets are the old topic's, and
+    Spark would start from them. The ledger's positions say where to start instead
+    (driver.consumer.starting_offsets), as after a lost checkpoint. True if it was there."""
+    Path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # noqa: N806 - Hadoop's class
+    root = Path(location)
+    fs = root.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    if not fs.exists(root):
+        return False
+    fs.delete(root, True)
+    log.warning("removed the checkpoint at %s: its offsets were those of a source topic since "
+                "deleted and recreated (antidote rebase); starting from the ledger's positions", location)
+    return True

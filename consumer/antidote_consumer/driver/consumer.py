@@ -3,6 +3,7 @@ pump over the retry topics, metrics, and a clean stop."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import signal
 import threading
@@ -23,10 +24,11 @@ from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows, arrow_batching, 
 from antidote_consumer.worker import collector
 
 from .batches import QueueDisabled, Runtime
-from .checkpoint import clear_torn_first_write
+from .checkpoint import clear_torn_first_write, remove_checkpoint
 from .ledger import LedgerFenced
 from .metrics import Metrics, stall_after
 from .outage_log import OutageLog
+from .recreated import RetryTopicGone, TopicRecreated, check as check_topics, refusal
 from .retry_pump import RetryPump, RetryReader
 
 log = logging.getLogger("antidote.consumer")
@@ -86,7 +88,7 @@ class Consumer:
             conf = kafka_auth.verified_source_config(settings)  # the secretRef's, for librdkafka
             reachable(conf, settings.source.bootstrap_servers)  # one line if not, not a traceback
         self.client_conf = conf
-        admin = AdminClient({**conf, "bootstrap.servers": settings.source.bootstrap_servers})
+        self.admin = admin = AdminClient({**conf, "bootstrap.servers": settings.source.bootstrap_servers})
         t = settings.topics
         derived = list(t.retry) + [t.poison, t.dlq]
         self.partitions = ensure_topics(
@@ -129,6 +131,7 @@ class Consumer:
         self.runtime.on_scheduled = self.wake.set
         self.depths_at = float("-inf")
         self.pump_errors = OutageLog("retry pump")
+        self.refused: TopicRecreated | None = None  # a retry topic recreated under the pump
 
     def _retry_expired(self, topic: str, partition: int, start: int, low: int) -> None:
         self.metrics.retry_expired.labels(**self.metrics.ids, topic=topic).inc(low - start)
@@ -219,7 +222,10 @@ class Consumer:
     def pump_once(self) -> tuple[int, int | None]:
         """Process the retry records due now; returns (records processed, next due ms).
         Nothing processed and no next due time means no retry is pending."""
-        return self.pump.once() if self.pump is not None else (0, None)
+        try:
+            return self.pump.once() if self.pump is not None else (0, None)
+        except RetryTopicGone as err:
+            raise TopicRecreated(refusal(err.found, self.s.consumer, self.s.namespace)) from None
 
     def _pump_loop(self) -> None:
         while not (self.runtime.stopping.is_set() or self.pump_stop.is_set()):
@@ -230,6 +236,11 @@ class Consumer:
                 if time.monotonic() - self.depths_at >= DEPTHS_EVERY_S:
                     self.update_depths()
             except (QueueDisabled, LedgerFenced):
+                self._stop_query()
+                return
+            except TopicRecreated as err:  # the consumer stops; run() raises it (exit 2)
+                log.error("%s", err)
+                self.refused = err
                 self._stop_query()
                 return
             except Exception as err:  # noqa: BLE001 - keep pumping; the source query decides health
@@ -320,6 +331,11 @@ class Consumer:
             log.info("stopped while starting: the source not read")
             self._close_clients()
             return ExitCode.OK
+        try:
+            self._check_topics()
+        except TopicRecreated:
+            self._close_clients()
+            raise
         self.update_depths()
         # What the driver holds once it is up (Spark's and py4j's Python side, pydantic, the
         # modules) is long-lived. At 1% poison each settle keeps ~1,000 failed rows and their
@@ -340,11 +356,15 @@ class Consumer:
             self._end_pump()
             pump.join(timeout=self._pump_wait_left())
             self._stop_query()
+            if self.refused is not None:
+                raise self.refused
             self._raise_disabled()
             if until_idle:
                 self._drain_retries()
         except QueueDisabled as err:
             return err.exit_code
+        except TopicRecreated:
+            raise  # exit 2, its line says what to do (antidote_cli.consumer)
         except Exception:
             if self.runtime.ledger.fenced is not None:
                 pass  # reported below, once the clients are closed
@@ -367,6 +387,24 @@ class Consumer:
             log.error("%s", self.runtime.ledger.fenced)
             return ExitCode.FENCED
         return self.runtime.disabled.exit_code if self.runtime.disabled else ExitCode.OK
+
+    def _check_topics(self) -> None:
+        """Refuse a source or retry topic deleted and recreated under the ledger's positions
+        (TopicRecreated, see driver.recreated); record the topics' ids; after a rebased source
+        topic, remove the checkpoint that holds the old topic's offsets."""
+        ledger = self.runtime.ledger
+        topics = [self.s.topics.source, *self.s.topics.retry]
+        ids, found = check_topics(self.admin, self.offsets, topics, ledger.state.topic_ids,
+                                  ledger.state.positions)
+        if found:
+            raise TopicRecreated(refusal(found, self.s.consumer, self.s.namespace))
+        if ledger.state.stale_checkpoint or any(ledger.state.topic_ids.get(t) != i for t, i in ids.items()):
+            if ledger.state.stale_checkpoint:
+                remove_checkpoint(self.spark, self.s.checkpoint.location)
+            new = copy.deepcopy(ledger.state)
+            new.topic_ids.update(ids)
+            new.stale_checkpoint = False
+            ledger.commit(new, keys=("topics",))
 
     def _pump_wait_left(self) -> float:
         """How long to wait for the pump's round: its batch may finish (120 s), unless a stop

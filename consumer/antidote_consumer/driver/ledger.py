@@ -26,7 +26,7 @@ from antidote_consumer.kafka.transactions import MAX_RECORD_BYTES, Fenced, Recor
 
 from .held_parts import HeldReader, held_entries
 
-BATCH, COUNTS, POSITIONS, SKIPS = "batch", "counts", "positions", "skips"
+BATCH, COUNTS, POSITIONS, SKIPS, TOPICS = "batch", "counts", "positions", "skips", "topics"
 HELD = "held:"  # + a source partition: its chains under ordering Key (worker.ordering)
 OUTCOMES = ("processed", "retried", "moved", "rejected", "dropped")
 log = logging.getLogger("antidote.consumer")
@@ -62,6 +62,12 @@ class LedgerState:
     # moved out of the way with `antidote skip` ("topic:partition:offset", as read).
     fault: dict | None = None
     skipped: list[str] = field(default_factory=list)
+    # Topic name -> its Kafka topic id, for the topics `positions` are kept for: a topic
+    # deleted and recreated under the same name has another id (driver.recreated).
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    # The Spark checkpoint's source offsets belong to a source topic that was recreated and
+    # rebased (`antidote rebase`): the next start removes it and starts from `positions`.
+    stale_checkpoint: bool = False
 
     def entries(self) -> dict[str, dict]:
         return {
@@ -72,6 +78,7 @@ class LedgerState:
             COUNTS: {**self.counts, "attempts": self.attempts},
             POSITIONS: dict(self.positions),
             SKIPS: {"fault": self.fault, "skipped": list(self.skipped)},
+            TOPICS: {"ids": dict(self.topic_ids), "staleCheckpoint": self.stale_checkpoint},
             **{k: v for p, chains in self.held.items() for k, v in held_entries(HELD, p, dict(chains)).items()},
         }
 
@@ -95,6 +102,9 @@ class LedgerState:
         elif key == SKIPS:
             self.fault = value.get("fault")
             self.skipped = list(value.get("skipped") or [])
+        elif key == TOPICS:
+            self.topic_ids = dict(value.get("ids") or {})
+            self.stale_checkpoint = bool(value.get("staleCheckpoint"))
 
 
 def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -> LedgerState:

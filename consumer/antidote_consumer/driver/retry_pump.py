@@ -27,6 +27,7 @@ from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_SCHEMA
 
 from .batches import Runtime
 from .metrics import Metrics
+from .recreated import RetryTopicGone, behind_ends
 from .retry_plan import PartitionOffsets, RetryPlan, plan, position_key, spark_offsets
 
 log = logging.getLogger("antidote.consumer")
@@ -144,6 +145,11 @@ class RetryReader:
         idle = [tp for tp in tps if max(starts[(tp.topic, tp.partition)], low[(tp.topic, tp.partition)][0])
                 >= stable[(tp.topic, tp.partition)][0]]
         high = self._list({tp: OffsetSpec.latest() for tp in idle}, IsolationLevel.READ_UNCOMMITTED)
+        # A position past the high watermark: the topic was deleted (and recreated) while this
+        # consumer ran; its new records would lie below the position, never read.
+        gone = behind_ends(positions, {where: end for where, (end, _ts) in high.items()})
+        if gone:
+            raise RetryTopicGone(gone)
         parts = []
         for tp in tps:
             where = (tp.topic, tp.partition)
