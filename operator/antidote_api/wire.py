@@ -20,7 +20,9 @@ class ExitCode(IntEnum):
     the driver's termination."""
 
     OK = 0
-    BAD_SETTINGS = 2  # refused its settings before any Spark work; its line says why
+    # Refused to start; its line says why: its settings (before any Spark work), a topic that
+    # would lose records (kafka.topics), or a topic recreated under the ledger (driver.recreated).
+    BAD_SETTINGS = 2
     CONSECUTIVE_BATCH_FAILURES = 3
     SYSTEMIC_FAILURE = 4
     FAULT = 5  # also the reader's "stopped at a poison record"

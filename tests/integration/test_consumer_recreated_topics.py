@@ -1,0 +1,133 @@
+"""A source or retry topic deleted and recreated under a consumer's ledger (issue 43, item 4).
+
+The ledger keeps positions by topic name. Before: a recreated retry topic's new records lay
+below the old position and were never read (`--until-idle` exited 0 with messages that had
+no outcome); a recreated source topic made Spark's query fail at every start (outside the
+crash-loop guard) or, once it had grown past the old offset, skipped the records below it.
+Now a start refuses (exit 2, the topic, its ids, positions and ends, and `antidote rebase`),
+and after the rebase every record of the new topic gets exactly one outcome."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from confluent_kafka.admin import NewTopic
+
+from antidote_consumer.driver.rebase import rebase
+from antidote_consumer.driver.recreated import TopicRecreated
+
+from . import consumer_util as cu
+from .kafka_io import produce, read_all
+
+pytestmark = pytest.mark.integration
+
+CODE_PATH = os.pathsep.join(str(cu.REPO / d) for d in ("", "operator", "consumer"))
+CYCLES = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"}}
+
+
+def recreate(admin, topic: str, partitions: int) -> None:
+    """Delete `topic` and create it again under the same name (a new topic id, offsets from 0)."""
+    for fut in admin.delete_topics([topic]).values():
+        fut.result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # the broker refuses the name until the deletion is done
+        try:
+            for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+                fut.result(timeout=30)
+            return
+        except Exception as err:  # noqa: BLE001 - TOPIC_ALREADY_EXISTS while it is being deleted
+            if "ALREADY_EXISTS" not in str(err) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def consumer_run(stack, calls_dir, log, settings_file, *extra: str) -> int:
+    proc = cu.start(stack, calls_dir, log, ["--settings", str(settings_file), "--until-idle", *extra],
+                    PYTHONPATH=CODE_PATH)
+    try:
+        return proc.wait(300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+
+
+def own_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.startswith("antidote consumer: ")]
+    assert lines, text[-3000:]
+    return lines[-1]
+
+
+def test_a_recreated_retry_topic_stops_the_consumer_until_rebased_and_loses_nothing_after(
+        stack, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=CYCLES, sink=sink)
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(yaml.safe_dump(s.model_dump(mode="json", by_alias=True)))
+    retry = s.topics.retry[0]
+    log = tmp_path / "consumer.log"
+    produce(kafka_bootstrap, source, [(b"k0", b"m0", None), (b"k1", b"poison-1", None), (b"k2", b"m2", None)])
+    assert consumer_run(stack, calls_dir, log, settings_file) == 0, log.read_text()[-3000:]
+    assert len(read_all(kafka_bootstrap, s.topics.poison)) == 1
+
+    recreate(kafka_admin, retry, 1)
+    produce(kafka_bootstrap, source, [(b"k3", b"m3", None), (b"k4", b"poison-4", None), (b"k5", b"m5", None)])
+    # Before: exit 0, poison-4 parked at offset 0 of the new topic, below the ledger's position.
+    code = consumer_run(stack, calls_dir, log, settings_file)
+    assert code == 2, log.read_text()[-3000:]
+    line = own_line(log.read_text())
+    assert f"topic {retry} was deleted and recreated since the ledger recorded it (topic id " in line
+    assert "partition 0: ledger position " in line and "end offset now 0" in line
+    assert line.endswith(f"antidote rebase c -n tests --topic {retry}"), line
+    assert cu.calls(calls_dir, source)[f"{source}/0/3"] == 0  # refused before reading anything
+
+    out = subprocess.run([sys.executable, "-m", "antidote_cli.main", "rebase", "c", "-n", "tests",
+                          "--topic", retry, "--settings", str(settings_file)],
+                         env={**os.environ, "PYTHONPATH": CODE_PATH}, cwd=cu.REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "reads it from its beginning: partition 0 from 0" in out.stdout, out.stdout
+    assert consumer_run(stack, calls_dir, log, settings_file) == 0, log.read_text()[-3000:]
+
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
+    assert set(poison) == {(0, 1), (0, 4)}
+    assert all(h["antidote.attempts"] == "2" for _, h in poison.values())
+    calls = cu.calls(calls_dir, source)
+    assert calls[f"{source}/0/4"] == 2 and calls[f"{source}/0/1"] == 2
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == [b"M0", b"M2", b"M3", b"M5"]
+
+
+def test_a_recreated_source_topic_is_refused_even_past_the_old_offsets_then_read_whole(
+        spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(), topic_factory("-out")
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink,
+                    policy={"retries": {"immediate": 0, "cycles": 0}})
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"m%d" % i, None) for i in range(5)])
+    code, _ = cu.run(spark, s)
+    assert code == 0
+
+    recreate(kafka_admin, source, 1)
+    # The new topic grows past the old position (5): its end alone would not tell; its id does.
+    # Before: Spark went on from the checkpoint's offset 5 and n0..n4 never got an outcome.
+    produce(kafka_bootstrap, source, [(b"n%d" % i, b"n%d" % i, None) for i in range(8)])
+    with pytest.raises(TopicRecreated) as err:
+        cu.run(spark, s)
+    assert (f"topic {source} was deleted and recreated since the ledger recorded it (topic id "
+            in str(err.value))
+    assert "partition 0: ledger position 5, end offset now 8" in str(err.value)
+    assert all(cu.calls(calls_dir, source)[f"{source}/0/{o}"] == 0 for o in (5, 6, 7))  # nothing read
+    with pytest.raises(TopicRecreated):  # a restart refuses again: nothing changed by itself
+        cu.run(spark, s)
+
+    done = rebase(s, source)
+    assert done.source and done.starts == {0: 0}
+    code, _ = cu.run(spark, s)  # the stale checkpoint removed; read from offset 0
+    assert code == 0
+    calls = cu.calls(calls_dir, source)  # the old topic's m0..m4, then the new one's n0..n7
+    assert [calls[f"{source}/0/{o}"] for o in range(8)] == [2, 2, 2, 2, 2, 1, 1, 1]
+    assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == sorted(
+        [b"M%d" % i for i in range(5)] + [b"N%d" % i for i in range(8)])
