@@ -137,3 +137,30 @@ def test_the_operator_shows_a_refused_topic_in_ready(
         assert c["message"].startswith("The driver refused its settings and exited with code 2: "
                                        f"topic {s.topics.poison}: cleanup.policy is 'compact'"), c
         assert k.condition("compacted", "QueueDisabled") == ("False", "QueueEnabled")
+
+
+def test_topics_antidote_creates_pass_its_own_check_whatever_the_broker_defaults(
+        kafka_bootstrap, kafka_admin, topic_factory, tmp_path) -> None:
+    """Created with cleanup.policy delete (and retry topics with retention.bytes -1) set
+    explicitly: a broker default of compact or a size bound would make the topic one start
+    creates a topic the next start refuses."""
+    from antidote_api.names import ledger_names
+    from antidote_api.semantics import longest_retry_delay
+    from antidote_consumer.kafka.topics import ensure_topics, topic_config
+
+    source = topic_factory(partitions=2)
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=CYCLES)
+    t = s.topics
+    derived = [*t.retry, t.poison, t.dlq]
+    ledger = ledger_names(s).topic
+    kw = dict(retry=list(t.retry), longest_delay_ms=longest_retry_delay(s.retries).ms)
+    try:
+        assert ensure_topics(kafka_admin, source, derived, ledger, **kw) == 2
+        for name in derived:
+            conf = topic_config(kafka_admin, name, ("cleanup.policy", "retention.bytes"))
+            assert conf["cleanup.policy"] == "delete", (name, conf)
+        assert topic_config(kafka_admin, t.retry[0], ("retention.bytes",)) == {"retention.bytes": "-1"}
+        assert ensure_topics(kafka_admin, source, derived, ledger, **kw) == 2  # not refused
+    finally:
+        for fut in kafka_admin.delete_topics([*derived, ledger]).values():
+            fut.result(timeout=30)

@@ -148,7 +148,12 @@ def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: s
     config = _inherited_config(admin, source) if missing else {}
     if missing:
         config["retention.ms"] = derived_retention_ms(admin, source, longest_delay_ms)
-    wanted = [NewTopic(t, n, -1, config=config) for t in missing]
+        # Never compacted, retry topics never size-bound (misfits): a broker default
+        # (log.cleanup.policy, log.retention.bytes) would otherwise make a topic this start
+        # creates one the next start refuses.
+        config["cleanup.policy"] = "delete"
+    wanted = [NewTopic(t, n, -1, config={**config, **({"retention.bytes": "-1"} if t in retry else {})})
+              for t in missing]
     if ledger not in existing:
         wanted.append(NewTopic(ledger, 1, -1, config={"cleanup.policy": "compact"}))
     if wanted:
