@@ -132,3 +132,34 @@ def test_a_recreated_source_topic_is_refused_even_past_the_old_offsets_then_read
     assert [calls[f"{source}/0/{o}"] for o in range(8)] == [2, 2, 2, 2, 2, 1, 1, 1]
     assert sorted(r.value for r in read_all(kafka_bootstrap, sink)) == sorted(
         [b"M%d" % i for i in range(5)] + [b"N%d" % i for i in range(8)])
+
+
+def test_a_retry_topic_recreated_while_the_consumer_runs_stops_it_with_exit_2(
+        stack, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir) -> None:
+    """Before: the pump went on reading from the old position, past every new record (the
+    driver ran on, healthy, and parked messages never came back)."""
+    source, sink = topic_factory(), topic_factory("-out")
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=CYCLES, sink=sink)
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(yaml.safe_dump(s.model_dump(mode="json", by_alias=True)))
+    retry = s.topics.retry[0]
+    produce(kafka_bootstrap, source, [(b"k0", b"poison-0", None), (b"k1", b"m1", None)])
+    log = tmp_path / "consumer.log"
+    proc = cu.start(stack, calls_dir, log, ["--settings", str(settings_file)], PYTHONPATH=CODE_PATH)
+    try:
+        deadline = time.monotonic() + 180
+        while not read_all(kafka_bootstrap, s.topics.poison, missing_ok=True):  # read retry-1 past 0
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        recreate(kafka_admin, retry, 1)
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert code == 2, log.read_text()[-3000:]
+    line = own_line(log.read_text())
+    assert line.startswith(f"antidote consumer: topic {retry} was deleted and recreated since the ledger "
+                           "recorded it (its end offsets are now below the ledger's positions; "
+                           "partition 0: ledger position "), line
+    assert line.endswith(f"antidote rebase c -n tests --topic {retry}"), line
