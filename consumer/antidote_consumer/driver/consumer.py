@@ -28,7 +28,7 @@ from .checkpoint import clear_torn_first_write, remove_checkpoint
 from .ledger import LedgerFenced
 from .metrics import Metrics, stall_after
 from .outage_log import OutageLog
-from .recreated import RetryTopicGone, TopicRecreated, check as check_topics, refusal
+from .recreated import RetryTopicGone, TopicRecreated, check as check_topics, refusal, watch
 from .retry_pump import RetryPump, RetryReader
 
 log = logging.getLogger("antidote.consumer")
@@ -235,6 +235,7 @@ class Consumer:
                 n, next_due = self.pump_once()
                 if time.monotonic() - self.depths_at >= DEPTHS_EVERY_S:
                     self.update_depths()
+                    self._watch_topics()
             except (QueueDisabled, LedgerFenced):
                 self._stop_query()
                 return
@@ -405,6 +406,15 @@ class Consumer:
             new.topic_ids.update(ids)
             new.stale_checkpoint = False
             ledger.commit(new, keys=("topics",))
+
+    def _watch_topics(self) -> None:
+        """While running, as at start: a topic recreated under the ledger's positions stops
+        the consumer (TopicRecreated) before its new records are read from them."""
+        state = self.runtime.ledger.state
+        found = watch(self.admin, self.offsets, [self.s.topics.source, *self.s.topics.retry],
+                      state.topic_ids, state.positions)
+        if found:
+            raise TopicRecreated(refusal(found, self.s.consumer, self.s.namespace))
 
     def _pump_wait_left(self) -> float:
         """How long to wait for the pump's round: its batch may finish (120 s), unless a stop
