@@ -70,3 +70,13 @@ def test_the_ledger_keeps_topic_ids_and_a_stale_checkpoint() -> None:
         if key != "topics":
             old.apply(key, value)
     assert old.topic_ids == {} and old.stale_checkpoint is False
+
+
+def test_a_refusal_stays_short_enough_for_the_operator_to_keep_its_end() -> None:
+    positions = {f"big:{p}": 1_000_000 + p for p in range(64)}
+    ends = {"big": {p: 0 for p in range(64)}}
+    found = find_recreated(["big"], {"big": "A" * 22}, {"big": "B" * 22}, positions, ends)
+    line = refusal(found, "a-consumer-with-a-long-name", "a-namespace-with-a-long-name")
+    assert len("antidote consumer: " + line) < 1024
+    assert "partition 2: ledger position 1000002, end offset now 0 and 61 more partition(s)" in line
+    assert line.endswith("--topic big")

@@ -131,7 +131,7 @@ class Consumer:
         self.runtime.on_scheduled = self.wake.set
         self.depths_at = float("-inf")
         self.pump_errors = OutageLog("retry pump")
-        self.refused: TopicRecreated | None = None  # a retry topic recreated under the pump
+        self.refused: TopicRecreated | None = None  # a topic recreated while running (pump thread)
 
     def _retry_expired(self, topic: str, partition: int, start: int, low: int) -> None:
         self.metrics.retry_expired.labels(**self.metrics.ids, topic=topic).inc(low - start)

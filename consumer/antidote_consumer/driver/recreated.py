@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from antidote_consumer.kafka.topics import TopicMisfit
 
 
+SHOWN = 3  # partitions named in a refusal, per topic
+
+
 class TopicRecreated(TopicMisfit):
     """A topic the ledger keeps positions for was deleted (and recreated) since: exit 2,
     like a topic that cannot hold the policy; the message says what to do."""
@@ -47,9 +50,14 @@ class Recreated:
             ids = f"topic id {self.current_id} now, none in the ledger"
         else:  # seen while running (the retry pump): by the end offsets alone
             ids = "its end offsets are now below the ledger's positions"
+        shown = sorted(self.positions.items())
+        # At most SHOWN partitions: the operator keeps 1,024 characters of the line, whose
+        # end says what to do.
         parts = ", ".join(f"partition {p}: ledger position {pos}, "
                           + (f"end offset now {end}" if end >= 0 else "no such partition now")
-                          for p, (pos, end) in sorted(self.positions.items()))
+                          for p, (pos, end) in shown[:SHOWN])
+        if len(shown) > SHOWN:
+            parts += f" and {len(shown) - SHOWN} more partition(s)"
         return f"topic {self.topic} was deleted and recreated since the ledger recorded it ({ids}; {parts})"
 
 
