@@ -164,3 +164,28 @@ def test_a_retry_topic_recreated_while_the_consumer_runs_stops_it_with_exit_2(
                            "recorded it ("), line
     assert "partition 0: ledger position " in line, line
     assert line.endswith(f"antidote rebase c -n tests --topic {retry}"), line
+
+
+def test_a_ledger_from_before_topic_ids_is_checked_by_end_offsets(
+        spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir) -> None:
+    """A ledger an earlier version wrote has positions but no topic ids: a position past the
+    end of the recreated topic's partition refuses the start all the same."""
+    import json
+
+    from antidote_api.names import ledger_names
+
+    source = topic_factory()
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=CYCLES)
+    retry = s.topics.retry[0]
+    produce(kafka_bootstrap, source, [(b"k0", b"poison-0", None), (b"k1", b"m1", None)])
+    code, _ = cu.run(spark, s)
+    assert code == 0 and len(read_all(kafka_bootstrap, s.topics.poison)) == 1
+    # As an earlier version left it: the ledger's latest "topics" entry names no id.
+    produce(kafka_bootstrap, ledger_names(s).topic, [(b"topics", json.dumps({"ids": {}}).encode(), None)])
+
+    recreate(kafka_admin, retry, 1)
+    with pytest.raises(TopicMisfit) as err:  # before: exit 0, whatever parks there next is lost
+        cu.run(spark, s)
+    line = str(err.value)
+    assert f"topic {retry} was deleted and recreated since the ledger recorded it (topic id " in line
+    assert "now, none in the ledger; partition 0: ledger position " in line and "end offset now 0" in line

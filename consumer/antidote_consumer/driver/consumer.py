@@ -333,10 +333,14 @@ class Consumer:
             self._close_clients()
             return ExitCode.OK
         try:
-            self._check_topics()
+            self._check_topics()  # may write the ledger first: a newer instance fences it here
         except TopicRecreated:
             self._close_clients()
             raise
+        except LedgerFenced:
+            self._close_clients()
+            log.error("%s", self.runtime.ledger.fenced)
+            return ExitCode.FENCED
         self.update_depths()
         # What the driver holds once it is up (Spark's and py4j's Python side, pydantic, the
         # modules) is long-lived. At 1% poison each settle keeps ~1,000 failed rows and their
