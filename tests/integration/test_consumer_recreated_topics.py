@@ -84,12 +84,17 @@ def test_a_recreated_retry_topic_stops_the_consumer_until_rebased_and_loses_noth
     assert line.endswith(f"antidote rebase c -n tests --topic {retry}"), line
     assert cu.calls(calls_dir, source)[f"{source}/0/3"] == 0  # refused before reading anything
 
-    out = subprocess.run([sys.executable, "-m", "antidote_cli.main", "rebase", "c", "-n", "tests",
-                          "--topic", retry, "--settings", str(settings_file)],
-                         env={**os.environ, "PYTHONPATH": CODE_PATH}, cwd=cu.REPO,
-                         capture_output=True, text=True, timeout=120)
+    def rebase_cli() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "antidote_cli.main", "rebase", "c", "-n", "tests",
+                               "--topic", retry, "--settings", str(settings_file)],
+                              env={**os.environ, "PYTHONPATH": CODE_PATH}, cwd=cu.REPO,
+                              capture_output=True, text=True, timeout=120)
+
+    out = rebase_cli()
     assert out.returncode == 0, out.stderr
     assert "reads it from its beginning: partition 0 from 0" in out.stdout, out.stdout
+    again = rebase_cli()  # the ledger has the new topic now: nothing to rebase, nothing fenced
+    assert again.returncode == 1 and "nothing to rebase, nothing was changed" in again.stderr, again.stderr
     assert consumer_run(stack, calls_dir, log, settings_file) == 0, log.read_text()[-3000:]
 
     poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
