@@ -194,3 +194,34 @@ def test_a_ledger_from_before_topic_ids_is_checked_by_end_offsets(
     line = str(err.value)
     assert f"topic {retry} was deleted and recreated since the ledger recorded it (topic id " in line
     assert "now, none in the ledger; partition 0: ledger position " in line and "end offset now 0" in line
+
+
+def test_a_source_topic_recreated_while_the_consumer_runs_ends_in_exit_2_not_a_crash_loop(
+        stack, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir) -> None:
+    """Before: Spark's query failed on the offsets that went back, the driver exited 1, and
+    every restart failed the same way (a crash loop the crash-loop guard never counts: no
+    batch had begun). Now the driver's look at the topic ids stops it with exit 2, or the
+    query fails first and the restart refuses with exit 2: the line says what to do."""
+    source, sink = topic_factory(), topic_factory("-out")
+    s = cu.settings(kafka_bootstrap, source, tmp_path, sink=sink, policy={"retries": {"immediate": 0, "cycles": 0}})
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(yaml.safe_dump(s.model_dump(mode="json", by_alias=True)))
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"m%d" % i, None) for i in range(5)])
+    log = tmp_path / "consumer.log"
+    proc = cu.start(stack, calls_dir, log, ["--settings", str(settings_file)], PYTHONPATH=CODE_PATH)
+    try:
+        deadline = time.monotonic() + 180
+        while len(read_all(kafka_bootstrap, sink)) < 5:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        recreate(kafka_admin, source, 1)
+        codes = [proc.wait(120)]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    if codes[0] == 1:  # the query failed first: the Deployment restarts the driver
+        codes.append(consumer_run(stack, calls_dir, log, settings_file))
+    assert codes[-1] == 2, (codes, log.read_text()[-3000:])
+    line = own_line(log.read_text())
+    assert f"topic {source} was deleted and recreated since the ledger recorded it (topic id " in line, line
+    assert line.endswith(f"antidote rebase c -n tests --topic {source}"), line

@@ -119,8 +119,8 @@ def refusal(found: list[Recreated], consumer: str, namespace: str | None) -> str
     where = consumer + (f" -n {namespace}" if namespace else "")
     names = " ".join(f"--topic {r.topic}" for r in found)
     return ("; ".join(r.describe() for r in found)
-            + ". Reading it from those positions would skip its records, so the consumer does not "
-            "start; the old topic's records were deleted with it. To read the new topic from its "
+            + ". Reading it from those positions would skip its records, so the consumer stops"
+            "; the old topic's records were deleted with it. To read the new topic from its "
             f"beginning: antidote rebase {where} {names}")
 
 
