@@ -25,7 +25,7 @@ from antidote_consumer.worker.ordering import held_count
 
 from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
                      is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
-from .isolation import bisect
+from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
 from .liveness import RunBounds
 from .metrics import Metrics
@@ -386,9 +386,7 @@ class Runtime(Settler):
         keys, waiting = batch_keys(df, self.cfg)
         # Every message of the batch gets its outcome here, the isolated ones too: the ends
         # come from all of them, not from the segments that succeeded.
-        ends: dict[tuple[str, int], int] = {}
-        for topic, partition, offset in keys:
-            ends[(topic, partition)] = max(offset, ends.get((topic, partition), -1))
+        ends = last_offsets(keys)
         log.warning("isolating the failure in a batch of %d messages by bisection", len(keys))
         stale = 0  # segments run twice because of a stale worker: counted, not hidden
 
@@ -419,13 +417,14 @@ class Runtime(Settler):
         self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions + stale)
         merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
         merged.ends, merged.waiting = ends, waiting
+        unsettled = iso.unsettled(name=lambda k: "/".join(map(str, k)))
+        if unsettled:  # a broken environment, not a message: nothing is quarantined
+            raise QueueDisabled("ConsecutiveBatchFailures", f"{self.ledger.state.consecutive_failures} batch "
+                                f"failures in a row and {unsettled}; last error: {first_line(err)}")
+        if iso.cleared:  # an outage that ended during the bisection (isolation.py)
+            log.warning("not culprits, they succeeded when run again: %s", iso.cleared)
         if not iso.culprits:
             return merged, []
-        if not iso.results:
-            # Nothing in the batch succeeds on its own: the environment is broken, not a message.
-            raise QueueDisabled("ConsecutiveBatchFailures",
-                                f"{self.ledger.state.consecutive_failures} batch failures in a row and "
-                                f"no part of the batch succeeds; last error: {first_line(err)}")
         raws = df.filter(segment_filter(iso.culprits)).collect()
         isolated = [(raw, iso.failures.get((raw.topic, raw.partition, raw.offset), 1)
                      + self.ledger.state.consecutive_failures + attempts_before(raw, self.s.source.topic),
