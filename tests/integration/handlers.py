@@ -135,3 +135,23 @@ def header_names(msg):
     """The names of the headers the handler is shown, as JSON."""
     _record(msg)
     return [k for k, _ in msg.headers]
+
+
+def crash_during_outage(msg):
+    """`crash_on_crash`, and every call kills its Python worker while the file
+    $ANTIDOTE_TEST_CALLS_DIR/<topic>.outage exists: a sink outage, each run of a batch failing
+    as a whole. The file holds how many calls the outage still lasts and the last of them
+    removes it, so the outage ends at the run a test chose (one task at a time runs these)."""
+    folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
+    flag = os.path.join(folder, f"{msg.topic}.outage") if folder else None
+    if flag and os.path.exists(flag):
+        with open(flag) as f:
+            left = int(f.read())
+        if left <= 1:
+            os.remove(flag)
+        else:
+            with open(flag, "w") as f:
+                f.write(str(left - 1))
+        _record(msg)
+        os._exit(1)
+    return crash_on_crash(msg)

@@ -9,15 +9,19 @@ import signal
 import subprocess
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
+from antidote_api.names import ledger_topic
+from antidote_consumer.driver.ledger import load_state
 from antidote_devstack.procs import free_port
 
 from . import consumer_util as cu
 from .consumer_util import start
+from .cut_short import Committed, abort_open_transaction
 from .kafka_io import produce, read_all
 
 def manifests(tmp_path: Path, bootstrap: str, source: str, sink: str, handler: str,
@@ -99,24 +103,35 @@ def test_sigkill_mid_batch_loses_nothing_and_quarantines_once(stack, kafka_boots
     produce(kafka_bootstrap, source, [(b"k%d" % i, b"poison" if i % 30 == 7 else b"m%d" % i, None)
                                       for i in range(n)])
     policy = {"retries": {"immediate": 1, "cycles": 1, "cycleDelay": "1s"}}
-    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy)
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy, name="proc")
     args = manifests(tmp_path, kafka_bootstrap, source, sink, "slow_upper", policy, max_batch=40)
     log = tmp_path / "consumer.log"
 
     proc = start(stack, calls_dir, log, args, ANTIDOTE_TEST_DELAY="0.02")
     wait_until(lambda: len(read_all(kafka_bootstrap, sink)) >= 100, 180, proc, log, "100 outputs")
     kill9(proc)
+    # What the killed run committed, and what it did beyond (its calls, its outputs).
+    abort_open_transaction(kafka_bootstrap, s)
+    src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
+    before = Committed.read(kafka_bootstrap, s, sink, calls_dir, list(src))
     finish(stack, calls_dir, log, [*args])
 
     poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
-    src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
     bad = {k for k, r in src.items() if r.value == b"poison"}
     assert set(poison) == bad and len(bad) == 10
-    # Attempts carried by the retry records: exact unless the kill cut a pass short.
-    assert all(int(h["antidote.attempts"]) >= 4 for _, h in poison.values())
-    outputs = [r.value for r in read_all(kafka_bootstrap, sink)]
-    assert set(outputs) == {r.value.upper() for k, r in src.items() if k not in bad}
-    assert len(outputs) < 2 * (n - 10)  # at-least-once: only the cut-short batch repeats
+    # Attempts are exact: a pass cut by the kill was never committed, and runs again whole.
+    assert {h["antidote.attempts"] for _, h in poison.values()} == {"4"}  # (1 + 1) x (1 + 1)
+    # Handler calls are exact too: the policy's, plus those of the pass the kill cut short.
+    calls = cu.calls(calls_dir, source)
+    assert {w: calls[f"{source}/{w[0]}/{w[1]}"] for w in src} == {
+        w: before.expected_calls(s, w, w in bad) for w in src}
+    # Each output once, but for the outputs the cut-short batch wrote before the kill, written
+    # again by its replay (the sink is at-least-once): that batch's messages only, once more.
+    outputs = Counter(r.value for r in read_all(kafka_bootstrap, sink))
+    assert outputs == before.expected_outputs({w: r.value.upper() for w, r in src.items() if w not in bad})
+    assert sum(outputs.values()) >= n - 10
+    state = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
+    assert state.counts == {"processed": n - 10, "retried": 10, "moved": 10, "rejected": 0, "dropped": 0}
 
 
 def test_sigterm_stops_cleanly_and_a_restart_resumes(stack, kafka_bootstrap, topic_factory,

@@ -1,0 +1,88 @@
+"""A consumer fenced by a newer instance mid-stream (issue 43): after some batches were
+committed, while retry records wait in a retry topic. `antidote consumer` as a process on the
+real broker; the newer instance is a second writer with the consumer's transactional id."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+from antidote_api.names import ledger_names
+from antidote_api.wire import ExitCode
+from antidote_consumer.driver.ledger import Ledger, load_state
+
+from . import consumer_util as cu
+from .consumer_util import start
+from .cut_short import Committed
+from .kafka_io import produce, read_all
+from .test_consumer_process import exited, finish, manifests, wait_until
+
+
+def test_a_consumer_fenced_mid_stream_exits_6_and_nothing_is_lost_or_written_twice(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    n = 300
+    produce(kafka_bootstrap, source, [(b"k%d" % i, b"poison" if i % 30 == 7 else b"m%d" % i, None)
+                                      for i in range(n)])
+    policy = {"retries": {"immediate": 1, "cycles": 2, "cycleDelay": "10s"}}
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy, name="proc")
+    names = ledger_names(s)
+    args = manifests(tmp_path, kafka_bootstrap, source, sink, "slow_upper", policy, max_batch=40)
+    log = tmp_path / "consumer.log"
+
+    proc = start(stack, calls_dir, log, args, ANTIDOTE_TEST_DELAY="0.02")
+
+    def mid_stream() -> bool:
+        state = load_state(kafka_bootstrap, names.topic)
+        return (state.committed_batch >= 1
+                and len(read_all(kafka_bootstrap, s.topics.retry[0], missing_ok=True)) >= 2)
+    wait_until(mid_stream, 180, proc, log, "2 committed batches and 2 records parked in retry-1")
+    newer = Ledger(kafka_bootstrap, names.topic, names.transactional_id)  # fences the running one
+    try:
+        at_fence = load_state(kafka_bootstrap, names.topic)
+        parked = {topic: cu.quarantined(kafka_bootstrap, topic) for topic in s.topics.retry}
+        src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
+        # Mid-stream: source records without an outcome yet, and retry records not run yet
+        # (due 10 s after they were written).
+        floor = {int(k.split(":")[-1]): v for k, v in at_fence.positions.items()
+                 if k.startswith(f"{source}:")}
+        assert any(o >= floor.get(p, 0) for p, o in src), "the fence came after the source's end"
+        retry1 = f"{s.topics.retry[0]}:"
+        assert any(r.offset >= at_fence.positions.get(f"{retry1}{r.partition}", 0)
+                   for r in read_all(kafka_bootstrap, s.topics.retry[0])), "no retry record pending"
+
+        # The zombie's next commit is refused: it exits 6 and writes nothing after the fence.
+        assert exited(proc, 120) == ExitCode.FENCED, log.read_text()[-3000:]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its Spark JVM and workers, if any are left
+        except ProcessLookupError:
+            pass
+        assert "newer instance" in log.read_text()
+        after = load_state(kafka_bootstrap, names.topic)
+        assert (after.positions, after.counts, after.committed_batch) == (
+            at_fence.positions, at_fence.counts, at_fence.committed_batch)
+        assert {t: cu.quarantined(kafka_bootstrap, t).keys() for t in s.topics.retry} == {
+            t: parked[t].keys() for t in s.topics.retry}
+        before = Committed.read(kafka_bootstrap, s, sink, calls_dir, list(src))
+    finally:
+        newer.close()
+
+    # The newer instance (here: the same command again) runs everything left, once.
+    finish(stack, calls_dir, log, args)
+
+    bad = {k for k, r in src.items() if r.value == b"poison"}
+    assert len(bad) == 10
+    for topic in s.topics.retry:
+        assert set(cu.quarantined(kafka_bootstrap, topic)) == bad, topic  # each once per cycle
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert set(poison) == bad
+    assert {h["antidote.attempts"] for _, h in poison.values()} == {"6"}  # (1 + 1) x (2 + 1)
+    assert read_all(kafka_bootstrap, s.topics.dlq, missing_ok=True) == []
+    calls = cu.calls(calls_dir, source)
+    assert {w: calls[f"{source}/{w[0]}/{w[1]}"] for w in src} == {
+        w: before.expected_calls(s, w, w in bad) for w in src}
+    outputs = Counter(r.value for r in read_all(kafka_bootstrap, sink))
+    assert outputs == before.expected_outputs({w: r.value.upper() for w, r in src.items() if w not in bad})
+    state = load_state(kafka_bootstrap, names.topic)
+    assert state.counts == {"processed": n - 10, "retried": 20, "moved": 10, "rejected": 0, "dropped": 0}
