@@ -16,7 +16,7 @@ from . import consumer_util as cu
 from .consumer_util import start
 from .cut_short import Committed
 from .kafka_io import produce, read_all
-from .test_consumer_process import exited, finish, manifests, wait_until
+from .test_consumer_process import exited, finish, wait_until
 
 
 def test_a_consumer_fenced_mid_stream_exits_6_and_nothing_is_lost_or_written_twice(
@@ -26,9 +26,12 @@ def test_a_consumer_fenced_mid_stream_exits_6_and_nothing_is_lost_or_written_twi
     produce(kafka_bootstrap, source, [(b"k%d" % i, b"poison" if i % 30 == 7 else b"m%d" % i, None)
                                       for i in range(n)])
     policy = {"retries": {"immediate": 1, "cycles": 2, "cycleDelay": "10s"}}
-    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy, name="proc")
+    # A name of its own: its transactional id is no other test's.
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy, name="fenced")
     names = ledger_names(s)
-    args = manifests(tmp_path, kafka_bootstrap, source, sink, "slow_upper", policy, max_batch=40)
+    args = cu.write_manifests(tmp_path, name="fenced", namespace="tests", bootstrap=kafka_bootstrap,
+                              source=source, handler="tests.integration.handlers:slow_upper",
+                              policy=policy, sink=sink, max_batch=40)
     log = tmp_path / "consumer.log"
 
     proc = start(stack, calls_dir, log, args, ANTIDOTE_TEST_DELAY="0.02")

@@ -24,7 +24,7 @@ def test_an_outage_that_ends_during_the_bisection_drops_only_the_real_crasher(
     flag = calls_dir / f"{source}.outage"
     flag.write_text("8")
     s = cu.settings(kafka_bootstrap, source, tmp_path, handler="crash_during_outage", sink=sink,
-                    max_batch=8, policy={"retries": {"immediate": 0, "cycles": 0}, "disposition": "Drop",
+                    name="outage", max_batch=8, policy={"retries": {"immediate": 0, "cycles": 0}, "disposition": "Drop",
                                          "queueDisable": {"consecutiveBatchFailures": 2}})
 
     code, m = cu.run(spark, s)
