@@ -155,3 +155,17 @@ def crash_during_outage(msg):
         _record(msg)
         os._exit(1)
     return crash_on_crash(msg)
+
+
+def gated_slow_upper(msg):
+    """`slow_upper`, except that a value holding b"gate" waits (its call recorded first) while
+    the file $ANTIDOTE_TEST_CALLS_DIR/<topic>.gate exists: its batch is held open mid-way, with
+    the outputs before it written, for a test to kill or fence its consumer there."""
+    if msg.value is not None and b"gate" in msg.value:
+        _record(msg)
+        folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
+        gate = os.path.join(folder, f"{msg.topic}.gate") if folder else None
+        while gate and os.path.exists(gate):
+            time.sleep(0.01)
+        return msg.value.upper()
+    return slow_upper(msg)

@@ -99,21 +99,36 @@ def test_sigkill_between_retry_cycles_keeps_attempts_exact(stack, kafka_bootstra
 def test_sigkill_mid_batch_loses_nothing_and_quarantines_once(stack, kafka_bootstrap, topic_factory,
                                                               tmp_path, calls_dir) -> None:
     source, sink = topic_factory(partitions=2), topic_factory("-out")
-    n = 300
-    produce(kafka_bootstrap, source, [(b"k%d" % i, b"poison" if i % 30 == 7 else b"m%d" % i, None)
-                                      for i in range(n)])
+    n, gate = 300, 150
+    produce(kafka_bootstrap, source, [
+        (b"k%d" % i, b"poison" if i % 30 == 7 else b"m%d gate" % i if i == gate else b"m%d" % i, None)
+        for i in range(n)])
     policy = {"retries": {"immediate": 1, "cycles": 1, "cycleDelay": "1s"}}
     s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy, name="proc")
-    args = manifests(tmp_path, kafka_bootstrap, source, sink, "slow_upper", policy, max_batch=40)
+    args = manifests(tmp_path, kafka_bootstrap, source, sink, "gated_slow_upper", policy, max_batch=40)
     log = tmp_path / "consumer.log"
+    src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
+    (at,) = [where for where, r in src.items() if b"gate" in r.value]
+    held = calls_dir / f"{source}.gate"  # the batch holding message 150 waits while it exists
+    held.touch()
 
     proc = start(stack, calls_dir, log, args, ANTIDOTE_TEST_DELAY="0.02")
-    wait_until(lambda: len(read_all(kafka_bootstrap, sink)) >= 100, 180, proc, log, "100 outputs")
+
+    def cut_mid_batch() -> bool:
+        # The held batch has begun (150 called) and written outputs it has not committed.
+        if not cu.calls(calls_dir, source)[f"{source}/{at[0]}/{at[1]}"]:
+            return False
+        floor = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer)).positions
+        out = {r.value for r in read_all(kafka_bootstrap, sink)}
+        return any(r.value.upper() in out and w[1] >= floor.get(f"{source}:{w[0]}", 0) for w, r in src.items())
+    wait_until(cut_mid_batch, 180, proc, log, "the held batch's first outputs")
     kill9(proc)
+    held.unlink()
     # What the killed run committed, and what it did beyond (its calls, its outputs).
     abort_open_transaction(kafka_bootstrap, s)
-    src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
     before = Committed.read(kafka_bootstrap, s, sink, calls_dir, list(src))
+    cut = {w: r.value.upper() for w, r in src.items() if w not in before.passes}
+    assert sum(before.outputs[v] for v in cut.values()) > 0  # the kill cut a batch that wrote
     finish(stack, calls_dir, log, [*args])
 
     poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
@@ -129,7 +144,7 @@ def test_sigkill_mid_batch_loses_nothing_and_quarantines_once(stack, kafka_boots
     # again by its replay (the sink is at-least-once): that batch's messages only, once more.
     outputs = Counter(r.value for r in read_all(kafka_bootstrap, sink))
     assert outputs == before.expected_outputs({w: r.value.upper() for w, r in src.items() if w not in bad})
-    assert sum(outputs.values()) >= n - 10
+    assert sum(outputs.values()) > n - 10
     state = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
     assert state.counts == {"processed": n - 10, "retried": 10, "moved": 10, "rejected": 0, "dropped": 0}
 
