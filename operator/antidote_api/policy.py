@@ -120,7 +120,8 @@ class FailureRatio(ApiModel):
         description="Fraction of failed messages in the window, in (0, 1], above which the "
                     "fault is taken as systemic (a downstream outage): pause, do not quarantine. "
                     "Messages refused by `validation` and those a handler declared "
-                    "`antidote.NonRetryable` are not counted as failed.")
+                    "`antidote.NonRetryable` are not counted as failed; messages held behind "
+                    "their key's failure (`ordering: Key`) are not counted at all.")
     window: Duration = Field(Duration.parse("5m"), description="Sliding window the ratio is computed over.")
     min_messages: int = Field(
         100, ge=1, description="Messages the window must hold before the ratio counts.")

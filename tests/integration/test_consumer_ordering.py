@@ -97,3 +97,35 @@ def test_a_key_past_max_held_per_key_moves_its_further_messages_to_poison(
     assert held_records(kafka_bootstrap, s.topics.retry[0]) >= 1
     state = load_state(kafka_bootstrap, f"{source}.ledger-tests.bound")
     assert all(chains == {} for chains in state.held.values()), state.held
+
+
+def test_messages_held_behind_one_failing_key_do_not_trip_the_failure_ratio(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """One key's first message fails and 30 of its messages are held behind it, beside 10
+    messages of other keys. With failureRatio 0.5 over 10 messages the batch is 1 failure in
+    11 attempted messages, not 31 in 41: the held ones were never attempted (before, they
+    counted as failures and the queue was disabled, SystemicFailure, for one bad key)."""
+    source, sink = topic_factory(partitions=1), topic_factory("-out")
+    values = [(b"k", b"k0 poison")] + [(b"k", b"k%d ok" % i) for i in range(1, 31)]
+    values += [(b"j%d" % i, b"j%d ok" % i) for i in range(10)]
+    produce(kafka_bootstrap, source, [(k, v, None) for k, v in values])
+    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
+              "queueDisable": {"failureRatio": {"threshold": 0.5, "minMessages": 10}}}
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy)
+    args = cu.write_manifests(tmp_path, name="ratio", namespace="tests", bootstrap=kafka_bootstrap,
+                              source=source, handler="tests.integration.handlers:flaky_upper",
+                              policy=policy, sink=sink, max_batch=100,
+                              extra={"ordering": "Key", "maxHeldPerKey": 1000})
+    finish(stack, calls_dir, tmp_path / "consumer.log", args)
+
+    src = {r.value: (r.partition, r.offset) for r in read_all(kafka_bootstrap, source)}
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)  # fails on a duplicate
+    assert {at: h["antidote.reason"] for at, (_, h) in poison.items()} == {src[b"k0 poison"]: "max-attempts"}
+    outputs = [r.value for r in read_all(kafka_bootstrap, sink)]
+    assert sorted(set(outputs)) == sorted(v.upper() for _, v in values if b"poison" not in v)
+    # The key's messages were held behind k0 (records in retry-1), then processed in order.
+    assert held_records(kafka_bootstrap, s.topics.retry[0]) >= 1
+    assert list(dict.fromkeys(o for o in outputs if o.startswith(b"K"))) == [
+        b"K%d OK" % i for i in range(1, 31)]
+    state = load_state(kafka_bootstrap, f"{source}.ledger-tests.ratio")
+    assert state.disabled is None and all(chains == {} for chains in state.held.values()), state

@@ -175,3 +175,16 @@ def test_the_hot_loop_reports_the_choice_in_its_result_rows() -> None:
             by[b"later"]["attempts"]) == ("retry", CHOSE_RETRY, 600_000, 1)
     assert (by[b"never"]["kind"], by[b"never"]["reason"], by[b"never"]["chosen"],
             by[b"never"]["attempts"]) == ("final", "non-retryable", CHOSE_NON_RETRYABLE, 1)
+
+
+def test_held_rows_are_neither_failures_nor_attempts_of_the_failure_ratio() -> None:
+    from types import SimpleNamespace as Row
+
+    from antidote_consumer.worker.chosen import judged
+
+    failed = Row(kind="retry", reason=None, chosen=None)
+    invalid = Row(kind="final", reason="validation", chosen=None)
+    held = [Row(kind="held", reason=None, chosen=None)] * 30 + [Row(kind="overflow", reason="held-overflow", chosen=None)]
+    assert judged(10, [failed, *held]) == (1, 11)
+    assert judged(0, [failed, invalid]) == (1, 2)
+    assert judged(5, []) == (0, 5)

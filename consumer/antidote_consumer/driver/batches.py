@@ -18,7 +18,7 @@ from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows
-from antidote_consumer.worker.chosen import systemic_signal
+from antidote_consumer.worker.chosen import judged
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
@@ -439,8 +439,7 @@ class Runtime(Settler):
         qd = self.s.queue_disable
         if not qd.enabled:
             return False
-        failed = sum(1 for r in result.failures if systemic_signal(r))
-        total = result.n_ok + len(result.failures)
+        failed, total = judged(result.n_ok, result.failures)
         now = time.monotonic()
         self.window.append((now, total, failed))
         horizon = now - qd.failure_ratio.window.seconds

@@ -15,7 +15,7 @@ from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason, Verdict
-from antidote_consumer.worker.chosen import retry_delay_ms, systemic_signal
+from antidote_consumer.worker.chosen import NOT_ATTEMPTED, judged, retry_delay_ms
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
 
 from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
@@ -63,8 +63,7 @@ class Settler(RefusedSettle):
         # the checks before the commit (systemic? too large? Fault?) would be harder to see.
         s = self.s
         if not isolated and self._systemic(result):
-            failed = sum(1 for r in result.failures if systemic_signal(r))
-            total = result.n_ok + len(result.failures)
+            failed, total = judged(result.n_ok, result.failures)
             raise QueueDisabled("SystemicFailure",
                                 f"{failed} of {total} messages failed in this batch (threshold "
                                 f"{s.queue_disable.failure_ratio.threshold:g}); nothing was "
@@ -108,7 +107,7 @@ class Settler(RefusedSettle):
                           last_failure=r.last_failure, error_class=r.error_class,
                           error_message=r.error_message, stack=r.stack, consumer=self.consumer_id,
                           policy=s.policy)
-            if r.kind in ("held", "overflow"):  # ordering Key: never attempted here
+            if r.kind in NOT_ATTEMPTED:  # ordering Key: never attempted here
                 # A retry record's timestamp is this settle's time, when its due time was set:
                 # the retry pump plans from timestamps (retry_plan).
                 held = self._held_record(r, user, common)

@@ -36,6 +36,20 @@ def retry_delay_ms(asked_ms: int | None, policy_ms: int, bound_ms: int | None) -
     return asked_ms if bound_ms is None else min(asked_ms, bound_ms)
 
 
+# Result rows of messages the ordering rules (ordering Key) parked without a handler call:
+# "held" behind their key's failed message, "overflow" past maxHeldPerKey.
+NOT_ATTEMPTED = frozenset({"held", "overflow"})
+
+
+def judged(n_ok: int, failures: list) -> tuple[int, int]:
+    """(failed, total) of a batch as queueDisable.failureRatio counts them: the messages a
+    handler was called for, and those of them whose failure is a systemic signal. A message
+    held behind its key's failure was never attempted: counted, one failing key holding a
+    thousand messages would read as a batch failing as a whole, and pause every other key."""
+    attempted = [r for r in failures if r.kind not in NOT_ATTEMPTED]
+    return sum(1 for r in attempted if systemic_signal(r)), n_ok + len(attempted)
+
+
 def systemic_signal(row: Any) -> bool:
     """Whether a failed message counts toward queueDisable.failureRatio. Content the policy's
     validation refused, and messages the handler declared NonRetryable, do not: both are a
