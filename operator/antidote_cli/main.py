@@ -10,10 +10,21 @@ from .oncall import commands as oncall
 from . import reader as reader_cli
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject.toml's, the one source of it)."""
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+
+    try:
+        return dist_version("antidote")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="antidote",
         description="Poison-message handling for Kafka consumers on Spark and Kubernetes.")
+    parser.add_argument("--version", action="version", version=f"antidote {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     dev.register(commands)
     demo.register(commands)
