@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .oncall.cluster import CliError, Cluster
+from .oncall.cluster import CliError, Cluster, settings_file
 from .oncall.commands import _common, _guard
 
 
@@ -32,12 +32,7 @@ def cmd_rebase(args: argparse.Namespace) -> int:
     from antidote_consumer.driver.rebase import RebaseError, rebase
 
     if args.settings is not None:
-        from antidote_consumer.settings import SettingsError, load_settings
-
-        try:
-            settings = load_settings(args.settings)
-        except SettingsError as err:
-            raise CliError(str(err)) from None
+        settings = settings_file(args.settings)
     else:
         settings = Cluster(args).settings(args.consumer)
     done = []

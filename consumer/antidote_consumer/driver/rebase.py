@@ -16,13 +16,12 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
-from antidote_consumer.kafka import auth as kafka_auth
-from antidote_consumer.kafka.topics import KafkaUnreachable, reachable
+from antidote_consumer.kafka.one_line import ledger_edit
 
 from .ledger import Ledger, load_state
 from .recreated import Recreated, current_ends, find_recreated, topic_ids
@@ -43,25 +42,12 @@ class Rebased:
 
 def rebase(s: EffectiveSettings, topic: str, *, dry_run: bool = False, conf: dict | None = None) -> Rebased:
     """Raises RebaseError, one line, for everything that is not a bug."""
-    bootstrap = s.source.bootstrap_servers
     topics = [s.topics.source, *s.topics.retry]
     if topic not in topics:
         raise RebaseError(f"{topic} is neither the source nor a retry topic of consumer "
                           f"{s.consumer!r} ({', '.join(topics)}); nothing was changed")
-    try:
-        if conf is None:
-            conf = kafka_auth.source_config(s, verify=True)
-        reachable(conf, bootstrap, timeout=15)
-        return _rebase(s, topic, bootstrap, conf, dry_run)
-    except (kafka_auth.KafkaAuthError, KafkaUnreachable) as err:
-        raise RebaseError(f"{err}; nothing was changed") from None
-    except KafkaException as err:
-        kerr = err.args[0] if err.args else None
-        raise RebaseError(f"Kafka at {bootstrap}: {kerr.str() if hasattr(kerr, 'str') else err}; "
-                          "the rebase was not recorded") from None
-    except (RuntimeError, TimeoutError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise RebaseError(f"Kafka at {bootstrap}: {first}; the rebase was not recorded") from None
+    return ledger_edit(s, conf, RebaseError, "rebase",
+                       lambda bootstrap, conf: _rebase(s, topic, bootstrap, conf, dry_run))
 
 
 def _rebase(s: EffectiveSettings, topic: str, bootstrap: str, conf: dict, dry_run: bool) -> Rebased:

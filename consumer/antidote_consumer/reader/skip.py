@@ -13,15 +13,15 @@ import copy
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.driver.ledger import Ledger, load_state
 from antidote_consumer.kafka import headers as h
-from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.native_headers import with_native
-from antidote_consumer.kafka.topics import KafkaUnreachable, max_message_bytes, reachable
+from antidote_consumer.kafka.one_line import ledger_edit
+from antidote_consumer.kafka.topics import max_message_bytes
 
 
 class SkipError(Exception):
@@ -64,21 +64,8 @@ def _read_one(bootstrap: str, topic: str, partition: int, offset: int, conf: dic
 def skip_fault(s: EffectiveSettings, *, dry_run: bool = False, conf: dict | None = None) -> Skipped:
     """Raises SkipError, one line, for everything that is not a bug: nothing to skip,
     credentials that cannot be used, Kafka unreachable or refusing a call."""
-    bootstrap = s.source.bootstrap_servers
-    try:
-        if conf is None:
-            conf = kafka_auth.source_config(s, verify=True)
-        reachable(conf, bootstrap, timeout=15)
-        return _skip(s, bootstrap, conf, dry_run)
-    except (kafka_auth.KafkaAuthError, KafkaUnreachable) as err:
-        raise SkipError(f"{err}; nothing was changed") from None
-    except KafkaException as err:
-        kerr = err.args[0] if err.args else None
-        raise SkipError(f"Kafka at {bootstrap}: {kerr.str() if hasattr(kerr, 'str') else err}; "
-                        "the skip was not recorded") from None
-    except (RuntimeError, TimeoutError) as err:  # kafka_retry and the ledger's reads say what failed
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise SkipError(f"Kafka at {bootstrap}: {first}; the skip was not recorded") from None
+    return ledger_edit(s, conf, SkipError, "skip",
+                       lambda bootstrap, conf: _skip(s, bootstrap, conf, dry_run))
 
 
 def _skip(s: EffectiveSettings, bootstrap: str, conf: dict, dry_run: bool) -> Skipped:

@@ -20,6 +20,17 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit code 1."""
 
 
+def settings_file(path):
+    """A local consumer's effective settings file (`--settings`, instead of the cluster's
+    ConfigMap), or CliError naming what is wrong with it."""
+    from antidote_consumer.settings import SettingsError, load_settings
+
+    try:
+        return load_settings(path)
+    except SettingsError as err:
+        raise CliError(str(err)) from None
+
+
 class Cluster:
     def __init__(self, args: argparse.Namespace):
         from kubernetes import client, config
