@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from antidote_consumer.driver import ledger as ledger_mod
 from antidote_consumer.driver.ledger import Ledger, LedgerState
-from antidote_consumer.driver.settle import QueueDisabled
+from antidote_consumer.driver.disabled import QueueDisabled
 from antidote_consumer.driver.settle_refused import RefusedSettle, refused_backoff, refused_disables
 from antidote_consumer.kafka import transactions
 from antidote_consumer.kafka.transactions import RecordRefused, TransactionalWriter, commit_aborted

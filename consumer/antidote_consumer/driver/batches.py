@@ -14,39 +14,26 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from antidote_api.conditions import DisableReason
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
-from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows
 from antidote_consumer.worker.chosen import judged
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
+from .disabled import QueueDisabled
+from .worker_settings import worker_config
 from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
                      is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
 from .liveness import RunBounds
 from .metrics import Metrics
-from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, QueueDisabled, Settler
+from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, Settler
 
 log = logging.getLogger("antidote.consumer")
-
-
-def worker_config(s: EffectiveSettings) -> WorkerConfig:
-    sink_kafka = None
-    if s.sink is not None and s.sink.kafka is not None:
-        sink_kafka = {"bootstrap.servers": s.sink.kafka.bootstrap_servers, "topic": s.sink.kafka.topic,
-                      "secret_dir": kafka_auth.sink_secret_dir(s)}  # read there by the executors
-    return WorkerConfig(
-        handler=s.handler, source_topic=s.source.topic, immediate=s.retries.immediate,
-        cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
-        validation=s.validation.wire() if s.validation is not None else None,
-        sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
-        fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
-        max_held=s.max_held_per_key if s.ordering == "Key" else 0,
-        delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id)
 
 
 # A task that died on this did not run its messages (see _isolate).
@@ -128,7 +115,7 @@ class Runtime(Settler):
             # A driver that dies in every batch never reaches the in-batch check: a crash loop
             # is stopped here, before the batch runs again.
             self.disabled = QueueDisabled(
-                "ConsecutiveBatchFailures",
+                DisableReason.CONSECUTIVE_BATCH_FAILURES,
                 f"the driver died in {new.consecutive_failures} batches in a row (last: batch "
                 f"{state.started_batch}); the batch stays unconsumed")
             new.disabled = self.disabled.reason
@@ -378,7 +365,7 @@ class Runtime(Settler):
             # Bisection runs parts of the batch apart, each from the same chains: a key's later
             # message could run in one part before its earlier one failed in another. So with
             # ordering Key the queue is disabled instead; nothing of the batch is lost.
-            raise QueueDisabled("ConsecutiveBatchFailures",
+            raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES,
                                 f"{self.ledger.state.consecutive_failures} batch failures in a row; "
                                 "with ordering Key the batch is not bisected (it would break key "
                                 f"order), it stays unconsumed; last error: {first_line(err)}")
@@ -412,14 +399,14 @@ class Runtime(Settler):
         try:
             iso = bisect(keys, run, budget)
         except RuntimeError as budget_err:
-            raise QueueDisabled("ConsecutiveBatchFailures", f"{budget_err}; last error: "
+            raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES, f"{budget_err}; last error: "
                                 f"{first_line(err)}") from err
         self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions + stale)
         merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
         merged.ends, merged.waiting = ends, waiting
         unsettled = iso.unsettled(name=lambda k: "/".join(map(str, k)))
         if unsettled:  # a broken environment, not a message: nothing is quarantined
-            raise QueueDisabled("ConsecutiveBatchFailures", f"{self.ledger.state.consecutive_failures} batch "
+            raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES, f"{self.ledger.state.consecutive_failures} batch "
                                 f"failures in a row and {unsettled}; last error: {first_line(err)}")
         if iso.cleared:  # an outage that ended during the bisection (isolation.py)
             log.warning("not culprits, they succeeded when run again: %s", iso.cleared)
@@ -461,5 +448,3 @@ class Runtime(Settler):
         self.metrics.set_disabled(err.reason)
         log.error("queue disabled (%s): %s", err.reason, err.message)
 
-
-__all__ = ["QueueDisabled", "Runtime"]

@@ -11,7 +11,7 @@ import logging
 import time
 
 from antidote_api.semantics import retry_after_bound
-from antidote_api.wire import DISABLE_EXIT, ExitCode
+from antidote_api.conditions import DisableReason
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason, Verdict
@@ -19,6 +19,7 @@ from antidote_consumer.worker.chosen import NOT_ATTEMPTED, judged, retry_delay_m
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
 
 from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
+from .disabled import QueueDisabled
 from .settle_refused import RefusedSettle
 
 log = logging.getLogger("antidote.consumer")
@@ -27,21 +28,6 @@ log = logging.getLogger("antidote.consumer")
 TOO_LARGE = "too-large"
 DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size
 BATCH_FRAMING = 1024  # a record batch's header and the producer's own accounting margin
-
-
-class QueueDisabled(Exception):
-    """The consumer must stop: its queue is disabled for `reason` (a condition reason)."""
-
-    codes = DISABLE_EXIT
-
-    def __init__(self, reason: str, message: str, at: dict | None = None):
-        super().__init__(f"{reason}: {message}")
-        self.reason, self.message = reason, message
-        self.at = at  # Fault: the poison record (as read) and why, for `antidote skip`
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return self.codes[self.reason]
 
 
 class Settler(RefusedSettle):
@@ -64,7 +50,7 @@ class Settler(RefusedSettle):
         s = self.s
         if not isolated and self._systemic(result):
             failed, total = judged(result.n_ok, result.failures)
-            raise QueueDisabled("SystemicFailure",
+            raise QueueDisabled(DisableReason.SYSTEMIC_FAILURE,
                                 f"{failed} of {total} messages failed in this batch (threshold "
                                 f"{s.queue_disable.failure_ratio.threshold:g}); nothing was "
                                 "quarantined and the batch stays unconsumed")
@@ -83,7 +69,7 @@ class Settler(RefusedSettle):
             origin = (h.Origin(r.otopic, r.opartition, r.ooffset, r.ots) if r is not None
                       else origin_of(isolated[0][0], s.source.topic)[0])
             self._last_poison(at["reason"], at["error_class"], origin)  # where it stopped
-            raise QueueDisabled("Fault", f"poison message at {where} ({why}); it and the "
+            raise QueueDisabled(DisableReason.FAULT, f"poison message at {where} ({why}); it and the "
                                 "messages after it stay unconsumed", at)
 
         now = int(time.time() * 1000)
@@ -253,7 +239,7 @@ class Settler(RefusedSettle):
         at = row_at(at) if isinstance(at, Failure) else at
         where = f"{at['topic']}/{at['partition']}/{at['offset']}"
         raise QueueDisabled(
-            "Fault", f"the message at {where} cannot be written to {topic} (reason {TOO_LARGE}): "
+            DisableReason.FAULT, f"the message at {where} cannot be written to {topic} (reason {TOO_LARGE}): "
             f"{size} bytes without Antidote's headers, and its max.message.bytes is {limit}; it and "
             f"the messages after it stay unconsumed. Raise max.message.bytes of {topic}, then resume",
             {**at, "reason": TOO_LARGE})

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import logging
 
+from antidote_api.conditions import DisableReason
 from antidote_consumer.kafka.transactions import RecordRefused
+
+from .disabled import QueueDisabled
 
 log = logging.getLogger("antidote.consumer")
 
@@ -38,7 +41,6 @@ class RefusedSettle:
         """Commit a settle's `state` and `records`, again while the broker refuses a record
         (see the module); raises QueueDisabled when the refusals disable the queue, and the
         refusal itself when a stop interrupts the wait (the batch runs again after it)."""
-        from .settle import QueueDisabled  # settle imports this module
 
         qd = self.s.queue_disable
         while True:
@@ -49,7 +51,7 @@ class RefusedSettle:
                 failures = self._rollback(err)  # counted in the ledger, like a rollback
                 if refused_disables(failures, qd.enabled, qd.consecutive_batch_failures):
                     raise QueueDisabled(
-                        "ConsecutiveBatchFailures",
+                        DisableReason.CONSECUTIVE_BATCH_FAILURES,
                         f"the batch's outcomes could not be written {failures} times in a row, "
                         f"refused: {err}. Nothing of the batch was committed and "
                         "its handlers are not run again: it stays unconsumed. Make the topic "
