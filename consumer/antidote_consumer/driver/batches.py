@@ -11,14 +11,12 @@ import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
 from antidote_api.conditions import DisableReason
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows
-from antidote_consumer.worker.chosen import judged
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
@@ -31,7 +29,10 @@ from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
 from .liveness import RunBounds
 from .metrics import Metrics
+from .outcomes import Targets
 from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, Settler
+from .settle_refused import RefusedCommit
+from .systemic import SystemicRule
 
 log = logging.getLogger("antidote.consumer")
 
@@ -43,7 +44,7 @@ STALE_WORKER = "java.nio.channels.CancelledKeyException"
 QUIET_TIMEOUT = 30.0
 
 
-class Runtime(Settler):
+class Runtime:
     def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
                  partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None,
                  max_bytes: dict[str, int] | None = None):
@@ -62,14 +63,12 @@ class Runtime(Settler):
         self.local: LocalWorker | None = None if path_sink else LocalWorker()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.window: deque[tuple[float, int, int]] = deque()
         # The earliest due time of the retry records this process wrote, and who to tell:
         # the retry pump sleeps until then instead of polling the retry topics.
         self.scheduled_due: int | None = None
         self.on_scheduled: Callable[[], None] | None = None
         self.disabled: QueueDisabled | None = None
-        # max.message.bytes of the retry, poison and dead-letter topics (read by the runner):
-        # a record written there is fitted to it (see _fitted), and so is a batch of them.
+        # max.message.bytes of the derived topics: their records are fitted (outcomes.fitted).
         self.max_bytes: dict[str, int] = dict(max_bytes or {})
         # Rows per Arrow batch of source batches, from the records seen (set by the Consumer,
         # which knows the source topic's max.message.bytes); the value last set on the query's
@@ -86,6 +85,11 @@ class Runtime(Settler):
                              # Below librdkafka's 1 MB default only: room for a batch's framing.
                              max_batch_bytes=smallest - BATCH_FRAMING
                              if smallest is not None and smallest < DEFAULT_BATCH_BYTES else None)
+        self.settler = Settler(Targets(settings, partitions, self.max_bytes, self.consumer_id),
+                               self.ledger, metrics, SystemicRule.of(settings.queue_disable),
+                               RefusedCommit(self.ledger, settings.queue_disable, self._rollback,
+                                             self.stopping, retry_sleep),
+                               max_held=self.cfg.max_held)
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:
@@ -422,19 +426,15 @@ class Runtime(Settler):
         return merged, isolated
 
     # --- deciding and committing ----------------------------------------------------------
-    def _systemic(self, result: BatchResult) -> bool:
-        qd = self.s.queue_disable
-        if not qd.enabled:
-            return False
-        failed, total = judged(result.n_ok, result.failures)
-        now = time.monotonic()
-        self.window.append((now, total, failed))
-        horizon = now - qd.failure_ratio.window.seconds
-        while self.window and self.window[0][0] < horizon:
-            self.window.popleft()
-        n = sum(t for _, t, _ in self.window)
-        bad = sum(f for _, _, f in self.window)
-        return n >= qd.failure_ratio.min_messages and bad / n >= qd.failure_ratio.threshold
+    def _settle(self, result: BatchResult, isolated: list, batch_id: int | None,
+                positions: dict[str, int] | None) -> None:
+        done = self.settler.settle(result, isolated, batch_id, positions)
+        if done.dues:
+            self.scheduled_due = min(done.dues + [d for d in (self.scheduled_due,) if d is not None])
+            if self.on_scheduled is not None:
+                self.on_scheduled()
+            if self.local is not None:
+                self.local.warm(self.cfg)
 
     def _disable(self, err: QueueDisabled) -> None:
         self.disabled = err

@@ -78,7 +78,7 @@ class Consumer:
         self.runtime.arrow = ArrowRows(source_max, settings.spark.conf)
         # After a commit with an unknown result the ledger is read again (Ledger.reload): what
         # that commit counted, if it landed, is counted in the metrics too.
-        self.runtime.ledger.on_reload = self.runtime._reloaded
+        self.runtime.ledger.on_reload = self.runtime.settler.reloaded
         rows = spark.conf.get(ARROW_ROWS_CONF, None)
         if rows is not None and rows.strip().lstrip("-").isdigit():
             metrics.arrow_rows.labels(**metrics.ids).set(int(rows))

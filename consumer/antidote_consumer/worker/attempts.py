@@ -10,7 +10,6 @@ import linecache
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from antidote import NonRetryable, Retry
 from antidote_api.wire import PoisonReason
@@ -21,12 +20,7 @@ from .deadline import AttemptTimeout
 from .describe import class_name, error_text, valid_text
 from .handler import Handler, encode_output
 from .message import Message
-
-
-class Verdict(StrEnum):
-    OK = "ok"            # the handler succeeded; `output` goes to the sink
-    RETRY = "retry"      # park in the next retry topic
-    FINAL = "final"      # no attempts left: the policy's disposition applies
+from .verdict import Verdict
 
 
 Reason = PoisonReason  # the contract's one definition (antidote_api.wire)

@@ -17,11 +17,12 @@ from typing import Any
 from antidote_consumer.kafka import headers as h
 
 from . import collector, sink
-from .attempts import Plan, Reason, Verdict, run_pass
+from .attempts import Plan, Reason, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
+from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
 HEADERS = "array<struct<key:string,value:binary>>"
@@ -218,7 +219,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     # Held (parked behind its key's message ahead) or past the bound: no
                     # attempt. `cycle` is the retry topic it goes to, `last_failure` its due.
                     overflow = decided.action is Action.OVERFLOW
-                    _emit(out, "overflow" if overflow else "held", key, value, user, _origin(msg),
+                    _emit(out, (Verdict.OVERFLOW if overflow else Verdict.HELD).value, key, value, user,
+                          _origin(msg),
                           topic, partition, offset, before, decided.cycle,
                           HELD_OVERFLOW if overflow else None, None, None, None,
                           first if first is not None else now, decided.due, None)
