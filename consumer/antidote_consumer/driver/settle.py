@@ -15,9 +15,10 @@ from antidote_api.wire import DISABLE_EXIT, ExitCode
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason, Verdict
-from antidote_consumer.worker.chosen import NOT_ATTEMPTED, judged, retry_delay_ms
+from antidote_consumer.worker.chosen import NOT_ATTEMPTED, judged
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
 
+from .outcome_records import OUTCOME_OF, disposition_record, retry_bound_ms, retry_record
 from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
 from .settle_refused import RefusedSettle
 
@@ -96,7 +97,7 @@ class Settler(RefusedSettle):
         overflowed: list[h.Origin] = []
         dues: list[int] = []
         bound_d = retry_after_bound(s.retries)
-        bound = bound_d.ms if bound_d is not None else None
+        bound = retry_bound_ms(s)
         capped = 0  # Retry(after=...) longer than the bound
         scheduled: dict[int, int] = {}  # retry cycle -> messages parked for it
         for r in result.failures:
@@ -118,17 +119,14 @@ class Settler(RefusedSettle):
                     overflowed.append(origin)
                 continue
             if r.kind == Verdict.RETRY.value:
-                cycle = r.cycle + 1
-                due = now + retry_delay_ms(r.retry_after, s.retries.cycle_delays[r.cycle].ms, bound)
-                if r.retry_after is not None and bound is not None and r.retry_after > bound:
-                    capped += 1
-                dues.append(due)
-                hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
-                topic = s.topics.retry[r.cycle]
-                hdrs = self._fitted(topic, r.key, r.value, hdrs, r)
-                records.append((topic, r.opartition % self.partitions, r.key, r.value, hdrs, now))
+                rec = retry_record(s, cycle=r.cycle, retry_after=r.retry_after, now=now,
+                                   bound=bound, user=user, common=common)
+                capped += rec.capped
+                dues.append(rec.due)
+                hdrs = self._fitted(rec.topic, r.key, r.value, rec.headers, r)
+                records.append((rec.topic, r.opartition % self.partitions, r.key, r.value, hdrs, now))
                 counts["retried"] += 1
-                scheduled[cycle] = scheduled.get(cycle, 0) + 1
+                scheduled[rec.cycle] = scheduled.get(rec.cycle, 0) + 1
                 continue
             poisoned.append((r.reason, r.error_class, origin))
             records += self._disposition(r.key, r.value, user, r.cycle, r.reason, common, r)
@@ -142,7 +140,7 @@ class Settler(RefusedSettle):
                                          Reason.BATCH_ISOLATION.value, common,
                                          isolated_at(raw, attempts, error, cycle, now))
         # Fault never gets here with a poisoned message (it stopped above): nothing is counted.
-        outcome = {"Move": "moved", "Reject": "rejected", "Drop": "dropped", "Fault": "moved"}[s.disposition]
+        outcome = OUTCOME_OF[s.disposition]
         counts[outcome] += len(poisoned)
         counts["moved"] += len(overflowed)
         for p, chains in result.chains.items():
@@ -226,10 +224,10 @@ class Settler(RefusedSettle):
 
     def _disposition(self, key, value, user, cycle, reason, common, at) -> list:
         s = self.s
-        if s.disposition == "Drop":
+        rec = disposition_record(s, cycle=cycle, reason=reason, user=user, common=common)
+        if rec is None:  # Drop
             return []
-        topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
-        hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
+        topic, hdrs = rec
         hdrs = self._fitted(topic, key, value, hdrs, at)
         if s.native_headers:
             hdrs = with_native(key, value, hdrs, s.native_headers, s.handler, self.max_bytes.get(topic))
