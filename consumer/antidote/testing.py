@@ -134,9 +134,9 @@ def settings(handler_ref: str, source_topic: str, policy_source: PolicyLike = No
     namespace, slash, name = consumer.partition("/")
     if not slash or not namespace or not name:
         raise ValueError(f"consumer {consumer!r}: expected 'namespace/name'")
-    name, spec = policy(policy_source)
+    policy_name, spec = policy(policy_source)
     qc = QueueConsumerSpec.model_validate({
-        "policyRef": {"name": name}, "handler": handler_ref,
+        "policyRef": {"name": policy_name}, "handler": handler_ref,
         "source": {"kafka": {"bootstrapServers": "in-process:9092", "topic": source_topic}},
         "checkpoint": {"location": "/tmp/antidote-testing"}})
     return resolve(qc, spec, name=name, namespace=namespace)
