@@ -1,4 +1,4 @@
-"""`antidote dev up|down|env|status|build`: the embedded local stack."""
+"""`antidote dev up|down|env|status|build|load-images`: the embedded local stack."""
 
 from __future__ import annotations
 
@@ -49,6 +49,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="also build the project's images (docker/*.Dockerfile) with buildah on "
                         "local bases; needs root and --node (docs/images.md)")
     b.set_defaults(run=_build)
+    add("load-images", "build (or find cached) the operator and consumer images and load them into "
+        "the running node, under the names hack/local-images.values.yaml gives the chart; needs "
+        "root and `dev up --node` (docs/node.md)").set_defaults(run=_load_images)
 
 
 def _dir(args: argparse.Namespace) -> Path | None:
@@ -121,4 +124,23 @@ def _build(args: argparse.Namespace) -> int:
                         project=args.images)
     except StackError as err:
         return _fail(err)
+    return 0
+
+
+def _load_images(args: argparse.Namespace) -> int:
+    from antidote_devstack import project_images, stack
+
+    s = stack.running(_dir(args))
+    if s is None or not s.node:
+        print("antidote dev load-images: no running stack with a node; start one with "
+              "`antidote dev up --node` (as root)", file=sys.stderr)
+        return 1
+    try:
+        loaded = project_images.load_into_node(Path(s.dir))
+    except StackError as err:
+        return _fail(err)
+    for name in loaded.values():
+        print(f"loaded {name}")
+    print("# install the chart with them: helm install antidote charts/antidote "
+          "-n antidote-system --create-namespace -f hack/local-images.values.yaml")
     return 0
