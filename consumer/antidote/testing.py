@@ -87,7 +87,7 @@ def message(value: bytes | str | None = None, *, key: bytes | str | None = None,
 def policy(source: PolicyLike = None) -> tuple[str, PoisonPolicySpec]:
     """(name, spec) of a PoisonPolicy given as the model, a dict (the whole manifest or its
     `spec`), YAML text (a manifest, or a stream of them holding one PoisonPolicy), a path to
-    such a file, or None (the defaults). A bad policy raises pydantic's error naming the field,
+    such a file (a `Path`, or text naming an existing file), or None (the defaults). A bad policy raises pydantic's error naming the field,
     as the API server would refuse it."""
     if source is None:
         return "default", PoisonPolicySpec()
@@ -95,6 +95,8 @@ def policy(source: PolicyLike = None) -> tuple[str, PoisonPolicySpec]:
         return "default", source
     if isinstance(source, PoisonPolicy):
         return (source.metadata or {}).get("name") or "default", source.spec
+    if isinstance(source, str) and "\n" not in source and Path(source).is_file():
+        source = Path(source)  # a path given as text
     if isinstance(source, Path):
         source = source.read_text()
     if isinstance(source, str):

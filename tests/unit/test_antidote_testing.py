@@ -120,6 +120,7 @@ def test_native_headers_and_forged_antidote_headers() -> None:
 def test_policies_as_yaml_files_manifests_and_specs() -> None:
     name, spec = policy(ROOT / "examples/poisonpolicy-full.yaml")
     assert name and spec.retries.cycles >= 1
+    assert policy(str(ROOT / "examples/poisonpolicy-full.yaml")) == (name, spec)  # a path as text
     text = "apiVersion: antidote.dev/v1alpha1\nkind: PoisonPolicy\nmetadata: {name: strict}\n" \
            "spec: {retries: {immediate: 0, cycles: 0}, disposition: Reject}\n"
     out = run(handle, message("bad"), text)
