@@ -45,8 +45,9 @@ test-images: test-node
 # up), podman or buildah, whichever is here, and pushed as $(REGISTRY)/antidote-operator:$(TAG)
 # and $(REGISTRY)/antidote-consumer:$(TAG) (docs/images.md). TAG defaults to the version;
 # IMAGES_FLAGS passes more (--tool, --local-bases, --tls-verify false, --no-push).
-images: install
+images:
 	@[ -n "$(REGISTRY)" ] || { echo "make images: give REGISTRY=host[:port][/path] (and TAG=...)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory install
 	.venv/bin/antidote dev images --registry "$(REGISTRY)" $(if $(TAG),--tag "$(TAG)") $(IMAGES_FLAGS)
 
 test-all: test test-node

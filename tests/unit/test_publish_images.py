@@ -60,3 +60,13 @@ def test_the_commands_build_each_dockerfile_from_the_root_then_push() -> None:
     assert [publish.describe(c) for c in bah] == [f"build {refs['operator']}", f"push {refs['operator']}",
                                                   f"build {refs['consumer']}", f"push {refs['consumer']}"]
     assert len(publish.commands("docker", refs, push=False)) == 2
+
+
+def test_make_images_runs_the_command_and_asks_for_a_registry() -> None:
+    root = publish.ROOT
+    dry = subprocess.run(["make", "-n", "-C", str(root), "images", "REGISTRY=r.io/you", "TAG=1.0",
+                          "IMAGES_FLAGS=--tool podman"], capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    assert '.venv/bin/antidote dev images --registry "r.io/you" --tag "1.0" --tool podman' in dry.stdout
+    missing = subprocess.run(["make", "-s", "-C", str(root), "images"], capture_output=True, text=True)
+    assert missing.returncode == 2 and "give REGISTRY=" in missing.stderr  # before `install` runs
