@@ -15,6 +15,7 @@ what the chart's `image.repository` and `consumer.image.repository` then point a
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from . import images, project_images
@@ -58,6 +59,21 @@ def choose_tool(asked: str | None = None) -> str:
     raise StackError("images", "no image builder: install docker (with its daemon), podman or buildah")
 
 
+def qualified_bases(dockerfile: str) -> list[str]:
+    """`--build-arg` pairs naming the Dockerfile's default bases (its `ARG *_IMAGE=` lines)
+    fully: podman and buildah refuse Docker Hub's short names (`python:3.11-slim-bookworm`)
+    unless the machine's registries.conf says where to look; docker.io is what docker means."""
+    out = []
+    for name, image in re.findall(r"^ARG (\w+_IMAGE)=(\S+)$", dockerfile, re.M):
+        first = image.split("/", 1)[0]
+        if "/" not in image:
+            image = f"docker.io/library/{image}"
+        elif "." not in first and ":" not in first and first != "localhost":
+            image = f"docker.io/{image}"
+        out += ["--build-arg", f"{name}={image}"]
+    return out
+
+
 def commands(tool: str, refs: dict[str, str], *, tls_verify: bool = True,
              push: bool = True) -> list[list[str]]:
     """The build and push commands of both images with the Dockerfiles' own bases (pure)."""
@@ -66,7 +82,9 @@ def commands(tool: str, refs: dict[str, str], *, tls_verify: bool = True,
     tls = [] if tls_verify or tool == "docker" else ["--tls-verify=false"]
     out = []
     for role, ref in refs.items():
-        out.append([*base, *build, "-f", str(ROOT / "docker" / f"{role}.Dockerfile"), "-t", ref, str(ROOT)])
+        dockerfile = ROOT / "docker" / f"{role}.Dockerfile"
+        bases = [] if tool == "docker" else qualified_bases(dockerfile.read_text())
+        out.append([*base, *build, *bases, "-f", str(dockerfile), "-t", ref, str(ROOT)])
         if push:
             out.append([*base, "push", *tls, ref] + ([f"docker://{ref}"] if tool == "buildah" else []))
     return out

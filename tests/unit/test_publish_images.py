@@ -51,11 +51,15 @@ def test_the_commands_build_each_dockerfile_from_the_root_then_push() -> None:
         ["docker", "build", "-f", f"{root}/docker/consumer.Dockerfile", "-t", refs["consumer"], root],
         ["docker", "push", refs["consumer"]]]
     podman = publish.commands("podman", refs, tls_verify=False, push=True)
+    python = ["--build-arg", "PYTHON_IMAGE=docker.io/library/python:3.11-slim-bookworm"]
+    assert podman[0] == ["podman", "build", *python, "-f", f"{root}/docker/operator.Dockerfile",
+                         "-t", refs["operator"], root]
     assert podman[1] == ["podman", "push", "--tls-verify=false", refs["operator"]]
     bah = publish.commands("buildah", refs, tls_verify=False)
-    assert bah[0][-8:] == ["bud", "--network", "host", "-f", f"{root}/docker/operator.Dockerfile",
-                           "-t", refs["operator"], root]
-    assert bah[0][:-8] == publish.images.buildah()  # the node builder's storage
+    assert bah[0][-10:] == ["bud", "--network", "host", *python, "-f", f"{root}/docker/operator.Dockerfile",
+                            "-t", refs["operator"], root]
+    assert bah[0][:-10] == publish.images.buildah()  # the node builder's storage
+    assert "MAVEN_IMAGE=docker.io/library/maven:3.9-eclipse-temurin-17" in bah[2]
     assert bah[1][-3:] == ["--tls-verify=false", refs["operator"], f"docker://{refs['operator']}"]
     assert [publish.describe(c) for c in bah] == [f"build {refs['operator']}", f"push {refs['operator']}",
                                                   f"build {refs['consumer']}", f"push {refs['consumer']}"]
@@ -70,3 +74,10 @@ def test_make_images_runs_the_command_and_asks_for_a_registry() -> None:
     assert '.venv/bin/antidote dev images --registry "r.io/you" --tag "1.0" --tool podman' in dry.stdout
     missing = subprocess.run(["make", "-s", "-C", str(root), "images"], capture_output=True, text=True)
     assert missing.returncode == 2 and "give REGISTRY=" in missing.stderr  # before `install` runs
+
+
+def test_short_base_names_are_qualified_for_podman_and_buildah() -> None:
+    text = "ARG PYTHON_IMAGE=python:3.11\nARG X_IMAGE=me/img:1\nARG Y_IMAGE=ghcr.io/a/b:2\nARG DEPS=deps\n"
+    assert publish.qualified_bases(text) == [
+        "--build-arg", "PYTHON_IMAGE=docker.io/library/python:3.11", "--build-arg", "X_IMAGE=docker.io/me/img:1",
+        "--build-arg", "Y_IMAGE=ghcr.io/a/b:2"]
