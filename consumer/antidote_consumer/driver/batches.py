@@ -22,11 +22,11 @@ from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
 from .disabled import QueueDisabled
-from .worker_settings import worker_config
 from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
                      is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
+from .worker_config import worker_config
 from .liveness import RunBounds
 from .metrics import Metrics
 from .outcomes import Targets

@@ -19,18 +19,17 @@ from antidote_api.duration import Duration
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason
-from antidote_consumer.worker.chosen import NOT_ATTEMPTED, retry_delay_ms
+from antidote_consumer.worker.chosen import NOT_ATTEMPTED
 from antidote_consumer.worker.ordering import HELD_OVERFLOW
 from antidote_consumer.worker.verdict import Verdict
 
 from .disabled import QueueDisabled
 from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
 from .ledger import LedgerState
+from .outcome_records import OUTCOME_OF, disposition_record, retry_bound_ms, retry_record
 
 # The reason a record that cannot fit its derived topic stops the consumer with (see fitted).
 TOO_LARGE = "too-large"
-# The outcome a disposition counts its messages under (a Fault never settles a poisoned one).
-OUTCOME = {"Move": "moved", "Reject": "rejected", "Drop": "dropped", "Fault": "moved"}
 
 # A record as the ledger's transaction writes it: (topic, partition, key, value, headers)
 # and, for records the retry pump plans from, their timestamp.
@@ -90,12 +89,12 @@ def settlement(t: Targets, before: LedgerState, result: BatchResult, isolated: l
     """The records and the ledger's next state of a batch that is settled (see the module)."""
     s = t.s
     state = copy.deepcopy(before)
-    out = Settlement(state=state, outcome=OUTCOME[s.disposition])
+    out = Settlement(state=state, outcome=OUTCOME_OF[s.disposition])
     counts = state.counts
     counts["processed"] += result.n_ok
     state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
     out.bound = retry_after_bound(s.retries)
-    bound = out.bound.ms if out.bound is not None else None
+    bound = retry_bound_ms(s)
     for r in result.failures:
         # (key, value) pairs: pyspark's Row of a header is a tuple in that order too.
         user = [(k, v) for k, v in (r.headers or ())]
@@ -115,18 +114,15 @@ def settlement(t: Targets, before: LedgerState, result: BatchResult, isolated: l
                 out.overflowed.append(origin)
             continue
         if r.kind == Verdict.RETRY.value:
-            cycle = r.cycle + 1
-            due = now + retry_delay_ms(r.retry_after, s.retries.cycle_delays[r.cycle].ms, bound)
-            if r.retry_after is not None and bound is not None and r.retry_after > bound:
-                out.capped += 1
-            out.dues.append(due)
-            hdrs = user + h.failure_headers(cycle=cycle, reason=None, due=due, **common)
-            topic = s.topics.retry[r.cycle]
-            hdrs = fitted(t, topic, r.key, r.value, hdrs, r)
-            out.records.append((topic, r.opartition % t.partitions, r.key, r.value, hdrs, now))
+            rec = retry_record(s, cycle=r.cycle, retry_after=r.retry_after, now=now, bound=bound,
+                               user=user, common=common)
+            out.capped += rec.capped
+            out.dues.append(rec.due)
+            hdrs = fitted(t, rec.topic, r.key, r.value, rec.headers, r)
+            out.records.append((rec.topic, r.opartition % t.partitions, r.key, r.value, hdrs, now))
             counts["retried"] += 1
             out.retried += 1
-            out.scheduled[cycle] = out.scheduled.get(cycle, 0) + 1
+            out.scheduled[rec.cycle] = out.scheduled.get(rec.cycle, 0) + 1
             continue
         out.poisoned.append((r.reason, r.error_class, origin))
         out.records += disposition(t, r.key, r.value, user, r.cycle, r.reason, common, r)
@@ -183,10 +179,10 @@ def disposition(t: Targets, key, value, user: list, cycle: int, reason: str, com
                 at) -> list[Record]:
     """The record of a message that got the policy's disposition (none for Drop)."""
     s = t.s
-    if s.disposition == "Drop":
+    rec = disposition_record(s, cycle=cycle, reason=reason, user=user, common=common)
+    if rec is None:  # Drop
         return []
-    topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
-    hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition, **common)
+    topic, hdrs = rec
     hdrs = fitted(t, topic, key, value, hdrs, at)
     if s.native_headers:
         hdrs = with_native(key, value, hdrs, s.native_headers, s.handler, t.max_bytes.get(topic))

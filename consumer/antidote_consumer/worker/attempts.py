@@ -48,6 +48,18 @@ class Outcome:
     retry_after: int | None = None  # Retry(after=...) in ms, bounded later by the driver
 
 
+def plan_of(cfg) -> Plan:
+    """The Plan of a WorkerConfig (its retries and the policy's validation, wire form): what
+    every worker runs a pass under, and `antidote.testing` too."""
+    check = None
+    if cfg.validation:
+        from antidote_api.policy import Validation
+        from antidote_api.semantics import message_checker
+
+        check = message_checker(Validation.model_validate(cfg.validation))
+    return Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check)
+
+
 def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:
     """True when the error's class or a base class is listed, by simple or qualified name."""
     if not names:

@@ -17,7 +17,7 @@ from typing import Any
 from antidote_consumer.kafka import headers as h
 
 from . import collector, sink
-from .attempts import Plan, Reason, run_pass
+from .attempts import Plan, Reason, plan_of, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
 from .message import Message
@@ -95,12 +95,7 @@ def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     # dicts: not hashable; chains and due_by change with every batch
     key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None)))
     if key not in _cache:
-        from antidote_api.policy import Validation
-        from antidote_api.semantics import message_checker
-
-        check = message_checker(Validation.model_validate(cfg.validation)) if cfg.validation else None
-        _cache[key] = (Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check),
-                       load_handler(cfg.handler))
+        _cache[key] = (plan_of(cfg), load_handler(cfg.handler))
     return _cache[key]
 
 

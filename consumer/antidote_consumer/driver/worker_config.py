@@ -1,6 +1,6 @@
-"""The one `WorkerConfig` the driver hands every Python worker (executors and its own local
-worker), made from the consumer's effective settings: a pure function, so the handler's UDF
-is made again only when this value changes."""
+"""The `WorkerConfig` a consumer ships with its tasks, from its effective settings: pure and
+light (no Spark), so `antidote.testing` runs a handler under the very configuration the
+workers get."""
 
 from __future__ import annotations
 
