@@ -331,6 +331,8 @@ def test_the_test_pod_checks_the_crds_and_the_operators_service(env) -> None:
     pod = helm_test_pod(docs)
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     service = one(docs, "Service")
+    # The metrics Service does not route to the test pod.
+    assert not service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert service["spec"]["ports"][0]["port"] == 9100
     script = pod["spec"]["containers"][0]["args"][0]
     assert f"http://{service['metadata']['name']}.queues.svc:9100/metrics" in script
