@@ -1,8 +1,9 @@
 """`helm test` on the stack's node (issue 49): the chart installed as a user installs it
 (`helm install --wait`, which now waits for the readiness probe; the CRDs as the release's
 own, kept), then the chart's test pod runs under `restricted` in the release's namespace and
-passes; with the operator scaled to zero the same test fails, naming the check; `helm
-uninstall` keeps the CRDs.
+passes; with the operator scaled to zero the same test fails, naming the check; upgrades
+pass the chart's CRD ownership check, and turning crds.install off or `helm uninstall` keeps
+the CRDs.
 
 Markers `node` and `images` (`make test-node`); root only, one node per machine."""
 
@@ -15,7 +16,7 @@ import subprocess
 import pytest
 from kubernetes import client
 
-from .node_cluster import RELEASE, started
+from .node_cluster import CHART, RELEASE, VALUES, started
 from .node_util import RESTRICTED, wait
 
 pytestmark = [
@@ -67,6 +68,25 @@ def test_helm_test_passes_on_the_node_and_fails_without_the_operator() -> None:
         assert "ok: antidote.dev/v1alpha1 serves" in log and "poisonpolicies" in log, log
         assert "FAILED: check_operator" in log, log
         c.core.delete_namespaced_pod(TEST_POD, c.system)
+
+        # An upgrade of the release that owns the CRDs passes the chart's ownership check
+        # (and brings the operator back: the chart says one replica); one that turns
+        # crds.install off leaves them (crds.keep), no longer the release's.
+        def upgrade(*sets: str) -> None:
+            args = [a for s in sets for a in ("--set", s)]
+            out = subprocess.run(["helm", "upgrade", RELEASE, str(CHART), "-n", c.system, "-f", str(VALUES),
+                                  "--wait", "--timeout", "180s", *args],
+                                 capture_output=True, text=True, env=c.env, timeout=240)
+            assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+
+        upgrade()
+        assert apps.read_namespaced_deployment(operator, c.system).status.ready_replicas == 1
+        upgrade("crds.install=false")
+        manifest = subprocess.run(["helm", "get", "manifest", RELEASE, "-n", c.system], capture_output=True,
+                                  text=True, env=c.env, check=True).stdout
+        assert "kind: CustomResourceDefinition" not in manifest
+        for name in CRDS:
+            assert ext.read_custom_resource_definition(name).metadata.deletion_timestamp is None
 
         # `helm uninstall` keeps the CRDs (crds.keep, the default).
         subprocess.run(["helm", "uninstall", RELEASE, "-n", c.system, "--wait", "--timeout", "180s"],
