@@ -17,7 +17,7 @@ def _repo_root() -> Path:
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("crds", help="print the CustomResourceDefinitions (YAML)")
     p.add_argument("--write", action="store_true",
-                   help="write crds/, charts/antidote/crds/ and docs/api.md instead of printing")
+                   help="write crds/, charts/antidote/files/crds/ and docs/api.md instead of printing")
     p.add_argument("--root", type=Path, default=None,
                    help="repository root to write into (default: this checkout)")
     p.set_defaults(run=run)

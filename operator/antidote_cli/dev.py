@@ -172,7 +172,10 @@ def _images(args: argparse.Namespace) -> int:
         return _fail(err)
     for ref in refs.values():
         print(("pushed " if args.push else "built ") + ref)
-    print(f"# point the chart at them: --set image.repository={refs['operator'].rsplit(':', 1)[0]} "
+    # The chart's image.registry defaults to the project's: emptied, the repositories are
+    # the whole names pushed here.
+    print(f"# point the chart at them: --set image.registry= "
+          f"--set image.repository={refs['operator'].rsplit(':', 1)[0]} "
           f"--set image.tag={refs['operator'].rsplit(':', 1)[1]} "
           f"--set consumer.image.repository={refs['consumer'].rsplit(':', 1)[0]} "
           f"--set consumer.image.tag={refs['consumer'].rsplit(':', 1)[1]}")

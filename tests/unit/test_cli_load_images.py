@@ -22,8 +22,10 @@ def test_without_a_running_node_it_says_how_to_start_one(tmp_path: Path, capsys)
 
 def test_it_loads_the_names_the_chart_values_give(monkeypatch: pytest.MonkeyPatch) -> None:
     values = yaml.safe_load((ROOT / "hack/local-images.values.yaml").read_text())
-    assert project_images.operator_name().rsplit(":", 1)[0] == values["image"]["repository"]
-    assert project_images.consumer_name().rsplit(":", 1)[0] == values["consumer"]["image"]["repository"]
+    registry = values["image"]["registry"]  # the consumer image's too (no registry of its own)
+    assert project_images.operator_name().rsplit(":", 1)[0] == f"{registry}/{values['image']['repository']}"
+    assert (project_images.consumer_name().rsplit(":", 1)[0]
+            == f"{registry}/{values['consumer']['image']['repository']}")
     loaded: list[tuple[Path, str, Path]] = []
     monkeypatch.setattr(project_images, "operator_image", lambda: ("op:1", Path("/op.tar")))
     monkeypatch.setattr(project_images, "consumer_image", lambda: ("co:1", Path("/co.tar")))
