@@ -120,6 +120,7 @@ async def consumer_event(event: kopf.RawEvent, namespace: str, name: str, spec: 
         ctx.note_user(namespace, name, None)
         ctx.registry.forget(namespace, name)
         ctx.reader_index.forget(namespace, name)
+        ctx.pod_problems.forget(namespace, name)
         return
     ctx.note_user(namespace, name, (spec.get("policyRef") or {}).get("name", ""))
     st = ctx.registry.peek(namespace, name)
@@ -227,8 +228,8 @@ def driver_watches(ctx: Context) -> list[ObjectWatch]:
     def pod_event(body: Mapping[str, Any], deleted: bool) -> None:
         # On a real cluster the kubelet reports the driver's exit code here (3, 4, 5: the
         # consumer disabled its queue); the operator scales to 0 before a restart resumes it.
-        if not deleted:
-            on_pod(ctx, body)
+        # Its status also says why a driver does not run (pod_problems: ImagePullBackOff...).
+        on_pod(ctx, body, deleted)
 
     def deployment_event(body: Mapping[str, Any], deleted: bool) -> None:
         on_deployment(ctx, body, deleted)

@@ -27,6 +27,7 @@ from antidote_api.wire import (DISABLE_REASONS, OUTCOMES, POISON_CONDITION_REASO
                                PROBE_ANNOTATION, RESUME_ANNOTATION, ExitCode)
 
 from .observations import DeploymentView, PoisonMemory, Sample, Termination, fresh
+from .pod_problems import PodProblem
 from .status_messages import disable_message, poison_summary
 
 
@@ -62,6 +63,8 @@ class Inputs:
     poison_event_interval: float = 60.0
     # An object of a child's name that is not the consumer's (its message); None: none met.
     conflict: str | None = None
+    # Why the driver's pod does not run (pod_problems), as the Pod watch last saw it.
+    pod_problem: PodProblem | None = None
 
 
 @dataclass(frozen=True)
@@ -327,6 +330,12 @@ def _ready(p: _Pass) -> None:
         p.put(READY, False, *p.problem)
         if before is None or (before.reason, before.message) != p.problem:
             p.events.append(Event("Warning", p.problem[0], p.problem[1]))
+    elif i.pod_problem is not None and not running and not (p.paused or p.disabled):
+        # The pod's own reason (ImagePullBackOff, CrashLoopBackOff, Unschedulable...): one
+        # Event when it appears or changes, not one per change of the scheduler's text.
+        p.put(READY, False, i.pod_problem.reason, i.pod_problem.message)
+        if before is None or before.reason != i.pod_problem.reason:
+            p.events.append(Event("Warning", i.pod_problem.reason, i.pod_problem.message))
     elif p.paused:
         p.put(READY, False, ReadyReason.PAUSED, "Paused by spec.paused.")
     elif p.disabled:
