@@ -70,7 +70,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         ctx.metrics.serve(ctx.options.metrics_port)
         log.info("operator metrics on :%d/metrics", ctx.options.metrics_port)
     memo.watcher = asyncio.create_task(Watcher(ctx).run(), name="metrics watcher")
-    memo.watches = [asyncio.create_task(w.run(), name=f"watch {w.where}") for w in driver_watches(ctx)]
+    watches = driver_watches(ctx)
+    ctx.pod_problems.watches = [w for w in watches if w.kind is kube.POD]
+    memo.watches = [asyncio.create_task(w.run(), name=f"watch {w.where}") for w in watches]
     if ctx.devrunner is not None and ctx.devrunner.targets is not None and ctx.options.metrics_port:
         ctx.devrunner.targets.operator(ctx.options.metrics_port)
     if ctx.devrunner is not None:

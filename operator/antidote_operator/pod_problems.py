@@ -83,6 +83,15 @@ class PodProblems:
 
     def __init__(self) -> None:
         self._pods: dict[tuple[str, str], dict[str, PodProblem]] = {}
+        # The Pod watches that feed it (anything counting its LISTs read, `lists`).
+        self.watches: list[Any] = []
+
+    @property
+    def listed(self) -> bool:
+        """Every Pod watch has read its list once: no problem known means none. Before (an
+        operator's start), a consumer keeps the pod's reason it had, instead of flapping to
+        Starting and back (a second Event, the alert's `for:` started again)."""
+        return all(w.lists > 0 for w in self.watches)
 
     def put(self, namespace: str, consumer: str, pod: str, problem: PodProblem | None) -> bool:
         """Record a pod's problem (None: it has none, or is gone); True when that changed."""

@@ -121,7 +121,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         now=datetime.now(timezone.utc), deployment=st.deployment, sample=st.sample,
         termination=st.termination, poison=st.poison,
         poison_event_interval=ctx.options.poison_event_interval, conflict=st.conflict,
-        pod_problem=ctx.pod_problems.of(ns, name)))
+        pod_problem=ctx.pod_problems.of(ns, name), pods_listed=ctx.pod_problems.listed))
     conflict = st.conflict
     # spec.spark.autoscale: the executor count joins the settings, status and Events.
     autoscaler.step(st, d, qc.get("status"), datetime.now(timezone.utc))

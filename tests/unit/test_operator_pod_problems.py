@@ -138,3 +138,29 @@ def test_the_readiness_gauge_is_one_series_per_consumer_from_a_closed_set() -> N
     assert value("orders", "Running") is None
     assert {r.value for r in DriverReason} <= CONSUMER_READY_REASONS
     assert {"SettingsRejected", "Starting", "Paused", "SystemicFailure"} <= CONSUMER_READY_REASONS
+
+
+def test_before_the_pod_list_is_read_ready_keeps_the_pods_reason() -> None:
+    # An operator's start: the consumer may be synced before its Pod watch listed the pods.
+    d = decide(inputs(pod_problem=BACKOFF))
+    restarted = decide(inputs(status=d.status, pod_problem=None, pods_listed=False, now=T0 + timedelta(minutes=5)))
+    assert cond(restarted, "Ready") == ("False", "ImagePullBackOff") and restarted.events == []
+    assert restarted.status == d.status  # nothing to write
+    # Listed, and no pod has a problem any more: Starting.
+    assert cond(decide(inputs(status=d.status, pod_problem=None)), "Ready") == ("False", "Starting")
+    # Not listed, but Ready had another reason: nothing is held.
+    assert cond(decide(inputs(pod_problem=None, pods_listed=False)), "Ready") == ("False", "Starting")
+
+
+def test_the_index_is_listed_once_every_pod_watch_read_its_list() -> None:
+    class Watch:
+        lists = 0
+
+    idx, a, b = PodProblems(), Watch(), Watch()
+    assert idx.listed  # nothing watches (a unit test, or before the operator starts them)
+    idx.watches = [a, b]
+    assert not idx.listed
+    a.lists = 1
+    assert not idx.listed
+    b.lists = 2
+    assert idx.listed
