@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from antidote_api.conditions import DriverReason
+from antidote_api.times import parse_time
 
 from .builders.driver import CONTAINER
 
@@ -27,6 +29,8 @@ MESSAGE_MAX = 512
 class PodProblem:
     reason: str  # a DriverReason
     message: str
+    # A crash loop's last exit: one from before a resume is the disabled run's (status.py).
+    since: datetime | None = None
 
 
 def _short(text: str | None) -> str:
@@ -74,7 +78,8 @@ def driver_pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
             code = f" (last exit code {last['exitCode']})" if last and "exitCode" in last else ""
             return PodProblem(DriverReason.CRASH_LOOP_BACK_OFF.value,
                               f"The driver container of pod {name} keeps exiting{code}; "
-                              f"`kubectl logs -n {ns} {name} --previous` shows why.")
+                              f"`kubectl logs -n {ns} {name} --previous` shows why.",
+                              parse_time(last.get("finishedAt")) if last else None)
     return None
 
 

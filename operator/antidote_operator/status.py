@@ -332,7 +332,7 @@ def _ready(p: _Pass) -> None:
         p.put(READY, False, *p.problem)
         if before is None or (before.reason, before.message) != p.problem:
             p.events.append(Event("Warning", p.problem[0], p.problem[1]))
-    elif (pod := _pod_problem(i, before)) is not None and not running and not (p.paused or p.disabled):
+    elif (pod := _pod_problem(p, before)) is not None and not running and not (p.paused or p.disabled):
         # The pod's own reason (ImagePullBackOff, CrashLoopBackOff, Unschedulable...): one
         # Event when it appears or changes, not one per change of the scheduler's text.
         p.put(READY, False, pod.reason, pod.message)
@@ -349,10 +349,15 @@ def _ready(p: _Pass) -> None:
         p.put(READY, False, ReadyReason.STARTING, "Waiting for the driver Deployment to become available.")
 
 
-def _pod_problem(i: Inputs, before: Condition | None) -> PodProblem | None:
-    """The driver pod's problem; before the Pod watch's first list, the one Ready has."""
-    if i.pod_problem is not None or i.pods_listed or before is None or before.status != "False":
-        return i.pod_problem
+def _pod_problem(p: _Pass, before: Condition | None) -> PodProblem | None:
+    """The driver pod's problem; before the Pod watch's first list, the one Ready has. A
+    crash loop whose last exit came before a resume is the disabled run's (its pod goes)."""
+    i = p.i
+    if i.pod_problem is not None:
+        since = i.pod_problem.since
+        return None if since is not None and not fresh(since, p.resumed_at) else i.pod_problem
+    if i.pods_listed or before is None or before.status != "False":
+        return None
     return PodProblem(before.reason, before.message) if before.reason in DRIVER_REASONS else None
 
 

@@ -116,6 +116,23 @@ def test_settings_rejected_pauses_and_disables_win_over_the_pods_reason() -> Non
     assert cond(disabled, "Ready") == ("False", "SystemicFailure")
 
 
+def test_a_crash_loop_from_before_a_resume_is_the_disabled_runs() -> None:
+    # Exit 3 disabled the queue; resumed a minute later, that pod's back-off is old news.
+    last = {"lastState": {"terminated": {"exitCode": 3, "finishedAt": "2025-03-01T12:00:00Z"}},
+            "restartCount": 1}
+    crash = driver_pod_problem(pod(waiting("CrashLoopBackOff", **last), phase="Running"))
+    assert crash is not None and crash.since == T0
+    disabled = decide(inputs(termination=Termination(3, T0, "pod")))
+    resumed = decide(inputs(status=disabled.status, annotations={"antidote.dev/resume": "x"},
+                            termination=Termination(3, T0, "pod"), now=T0 + timedelta(minutes=1)))
+    after = decide(inputs(status=resumed.status, pod_problem=crash, now=T0 + timedelta(minutes=2)))
+    assert cond(after, "Ready") == ("False", "Starting")
+    # A crash after the resume is this run's.
+    again = PodProblem(crash.reason, crash.message, T0 + timedelta(minutes=2))
+    assert cond(decide(inputs(status=resumed.status, pod_problem=again, now=T0 + timedelta(minutes=3))),
+                "Ready") == ("False", "CrashLoopBackOff")
+
+
 def test_the_readiness_gauge_is_one_series_per_consumer_from_a_closed_set() -> None:
     consumers = Registry()
     consumers.get("shop", "orders").ready = ("False", "ImagePullBackOff")
