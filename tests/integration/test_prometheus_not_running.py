@@ -5,9 +5,9 @@ holds it pending, and a test-only copy of it with `for: 10s` (the chart's 10 m w
 this a 10-minute test) fires with the reason in its labels. Paused, it resolves (a paused
 consumer is not alerted); deleted, its series is gone from Prometheus.
 
-The same rule with a driver pod whose image cannot be pulled (ImagePullBackOff, read from
-the pod's status on a real kubelet): tests/integration/test_node_not_running.py shows the
-reason in status and in the gauge; the promtool tests (tests/alerts) the rule's timing."""
+The same rule for a driver pod whose image cannot be pulled (ImagePullBackOff, read from
+the pod's status on a real kubelet): tests/integration/test_node_not_running.py; the rule's
+timing (not before 10 minutes, resolved when Ready): the promtool tests in tests/alerts."""
 
 from __future__ import annotations
 
