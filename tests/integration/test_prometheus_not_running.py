@@ -20,10 +20,11 @@ import yaml
 from kubernetes import client
 
 from antidote_devstack import prometheus as devprom
+from antidote_devstack import stack as devstack
 
 from .kafka_io import produce
 from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
-from .test_prometheus import RULES, alerts, api, prom, query  # noqa: F401 (prom: the fixture)
+from .test_prometheus import RULES, alerts, api, query
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +42,14 @@ def fast_not_running_rule() -> dict:
     return {"groups": [{"name": FAST_GROUP, "rules": [fast]}]}
 
 
+@pytest.fixture(scope="module")
+def prom(stack) -> Any:
+    """The session's stack with Prometheus added (as `antidote dev up --prometheus` does)."""
+    return devstack.add_prometheus(Path(stack.dir))
+
+
 @pytest.fixture
-def fast_rule(prom) -> Any:  # noqa: F811
+def fast_rule(prom) -> Any:
     rule_file = devprom.rules_dir(Path(prom.dir)) / "test-fast-not-running.yaml"
     rule_file.write_text(yaml.safe_dump(fast_not_running_rule(), sort_keys=False))
     devprom.reload(prom.prometheus_url)
@@ -60,7 +67,7 @@ def query_rules(url: str) -> list[dict]:
 
 
 def test_a_consumer_that_never_runs_raises_antidote_consumer_not_running(
-        prom, fast_rule, api_client: client.ApiClient, namespace: str, kubeconfig: str,  # noqa: F811
+        prom, fast_rule, api_client: client.ApiClient, namespace: str, kubeconfig: str,
         kafka_bootstrap: str, topic_factory, tmp_path: Path, calls_dir: Path) -> None:
     url = prom.prometheus_url
     install_crds(api_client)
