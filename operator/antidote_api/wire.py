@@ -92,6 +92,16 @@ class Metric(StrEnum):
         return self.value.removesuffix("_total")
 
 
+class OperatorMetric(StrEnum):
+    """The operator's own series that the alert rules (charts/antidote/files/alerts.yaml) and
+    the tests read by name."""
+
+    # 1 while Ready is True, else 0; one series per QueueConsumer, its `reason` label Ready's
+    # reason (conditions.CONSUMER_READY_REASONS): AntidoteConsumerNotRunning reads it.
+    CONSUMER_READY = "antidote_operator_consumer_ready"
+    QUEUE_DISABLED = "antidote_operator_queue_disabled"
+
+
 METRIC_PREFIX = "antidote_"
 # The driver's liveness endpoint (served beside /metrics; the Deployment's livenessProbe).
 HEALTH_PATH = "/healthz"
