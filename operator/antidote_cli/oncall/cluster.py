@@ -12,12 +12,10 @@ from antidote_api.names import settings_configmap
 from antidote_api.types import GROUP, VERSION
 from antidote_api.wire import SETTINGS_KEY
 
+from ..errors import CliError  # noqa: F401 (the on-call modules' one error, re-exported)
+
 
 PLURAL = "queueconsumers"
-
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit code 1."""
 
 
 def settings_file(path):
