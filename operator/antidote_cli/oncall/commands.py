@@ -55,6 +55,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     # The arguments first: a bad one is named before any cluster is asked.
     only = inspect_filter(error_classes=args.error_class or [], reasons=args.reason or [],
                           since=_since(args.since))
+    props = _props(args.kafka_property or [])
     k = Cluster(args)
     qc = k.consumer(args.consumer)
     s = k.settings(args.consumer)
@@ -62,8 +63,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
     group = reader_group_id(s.namespace, s.consumer)
     rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
-                                      props=_props(args.kafka_property or []), only=only)
-    held = read_held(s, bootstrap, _props(args.kafka_property or [])) if s.ordering == "Key" else None
+                                      props=props, only=only)
+    held = read_held(s, bootstrap, props) if s.ordering == "Key" else None
     if emit(args, {"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
                    "status": qc.get("status") or {}, "total": total, "matched": matched,
                    "shown": len(rows), "messages": [asdict(r) for r in rows],
