@@ -191,3 +191,46 @@ def test_a_missing_kubeconfig_is_one_line(command: str, where: str, tmp_path: Pa
     # The on-call commands: a runtime error; the operator refuses to start (exit 2, as the
     # consumer on bad settings, restarted with back-off in its pod).
     assert out.returncode == (2 if command == "operator" else 1), out.stderr
+
+
+# --- skip and rebase: their documents as JSON and YAML ------------------------------------------
+# (Their Kafka work, a consumer stopped by a Fault or a recreated topic, is tested against the
+# stack in test_skip_cli.py and test_consumer_recreated_topics.py; here only what they print.)
+
+def _settings_file(tmp_path: Path) -> Path:
+    s = from_manifests(EXAMPLES / "queueconsumer-minimal.yaml", EXAMPLES / "poisonpolicy-minimal.yaml")
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(s.model_dump(mode="json", by_alias=True)))
+    return path
+
+
+def _as_json_and_yaml(argv: list[str], capsys) -> tuple[object, object]:
+    docs = []
+    for fmt in ("json", "yaml"):
+        assert main([*argv, "-o", fmt]) == 0
+        out = capsys.readouterr().out
+        docs.append(json.loads(out) if fmt == "json" else yaml.safe_load(out))
+    return docs[0], docs[1]
+
+
+def test_skip_prints_one_document_as_json_or_yaml(tmp_path: Path, capsys, monkeypatch) -> None:
+    from antidote_consumer.reader import skip
+
+    done = skip.Skipped(topic="audit-events", partition=0, offset=5, origin="audit-events/0/5",
+                        reason="max-attempts", error_class="ValueError",
+                        poison_topic="audit-events.poison", dry_run=True)
+    monkeypatch.setattr(skip, "skip_fault", lambda settings, dry_run: done)
+    as_json, as_yaml = _as_json_and_yaml(["skip", "audit", "--settings", str(_settings_file(tmp_path)),
+                                          "--dry-run"], capsys)
+    assert as_yaml == as_json == {**done.__dict__}
+
+
+def test_rebase_prints_one_document_as_json_or_yaml(tmp_path: Path, capsys, monkeypatch) -> None:
+    from antidote_consumer.driver import rebase, recreated
+
+    found = recreated.Recreated(topic="t", recorded_id="a", current_id="b", positions={0: (42, 0)})
+    monkeypatch.setattr(rebase, "rebase", lambda settings, topic, dry_run: rebase.Rebased(
+        topic=topic, found=found, starts={0: 0, 1: 3}, source=False, dry_run=dry_run))
+    as_json, as_yaml = _as_json_and_yaml(["rebase", "audit", "--topic", "t", "--settings",
+                                          str(_settings_file(tmp_path)), "--dry-run"], capsys)
+    assert as_yaml == as_json == [{"topic": "t", "starts": {"0": 0, "1": 3}, "source": False, "dryRun": True}]
