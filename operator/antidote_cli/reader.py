@@ -17,8 +17,9 @@ from .output import add_output_arg, render
 EXIT_OK, EXIT_BAD_SETTINGS, EXIT_FAULT = ExitCode.OK, ExitCode.BAD_SETTINGS, ExitCode.FAULT
 REPORT_LIMIT = 4096  # /dev/termination-log keeps 4 KiB
 # librdkafka logs every failed connection attempt itself (~600 lines in the 30 s a dead
-# broker took to give up): off unless -v; the failure itself is said in one line.
-QUIET_CLIENT = {"log_level": "0"}
+# broker took to give up): off unless -v (then its default level, 6); the failure itself is
+# said in one line.
+QUIET_CLIENT, VERBOSE_CLIENT = {"log_level": "0"}, {"log_level": "6"}
 
 
 def add_settings_args(p: argparse.ArgumentParser) -> None:
@@ -112,7 +113,7 @@ def run_with(args: argparse.Namespace, settings, client_conf: dict[str, str] | N
     from antidote_consumer.reader.rules import ReaderError
     from antidote_consumer.reader.run import run_reader
 
-    conf = {**({} if getattr(args, "verbose", False) else QUIET_CLIENT), **(client_conf or {})}
+    conf = {**(VERBOSE_CLIENT if getattr(args, "verbose", False) else QUIET_CLIENT), **(client_conf or {})}
     bootstrap = settings.source.bootstrap_servers
     try:
         opts = options(args)  # a bad flag before any broker is asked

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka.admin import NewTopic
 from kubernetes import client
 
 from antidote_api.names import settings_configmap
@@ -55,13 +56,27 @@ def _quarantined(source: str, offset: int) -> list[tuple[str, bytes]]:
 
 def test_yaml_is_the_json_document_on_every_command_that_reads_the_cluster(
         api_client: client.ApiClient, namespace: str, kubeconfig: str, kafka_bootstrap: str,
-        topic_factory, tmp_path: Path) -> None:
+        kafka_admin, topic_factory, tmp_path: Path) -> None:
     install_crds(api_client)
     k = Cluster(api_client, namespace)
-    source = topic_factory()
+    # The poison topic first (its name is the source's plus .poison), then its source.
+    poison = topic_factory(".poison")
+    source = poison.removesuffix(".poison")
+    for fut in kafka_admin.create_topics([NewTopic(source, 1, 1)]).values():
+        fut.result(timeout=30)
+    try:
+        _documents(k, namespace, kubeconfig, kafka_bootstrap, source, poison, tmp_path)
+    finally:
+        for fut in kafka_admin.delete_topics([source]).values():
+            fut.result(timeout=30)
+
+
+def _documents(k: Cluster, namespace: str, kubeconfig: str, kafka_bootstrap: str, source: str,
+               poison: str, tmp_path: Path) -> None:
     s = consumer_util.settings(kafka_bootstrap, source, tmp_path, name=NAME,
                                policy={"reader": {"action": "Hold"}})
     s = s.model_copy(update={"namespace": namespace})
+    assert s.topics.poison == poison
     # Two quarantined records, as a consumer writes them (headers), on its poison topic.
     produce(kafka_bootstrap, s.topics.poison,
             [(b"k%d" % o, b"poison-%d" % o, _quarantined(source, o)) for o in (3, 7)])
