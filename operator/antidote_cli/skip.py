@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .oncall.cluster import CliError, Cluster, settings_file
+from .oncall.cluster import CliError, Cluster, local_settings
 from .oncall.commands import _common
 from .output import emit
 
@@ -29,7 +29,7 @@ def cmd_skip(args: argparse.Namespace) -> int:
     from antidote_consumer.reader.skip import SkipError, skip_fault
 
     if args.settings is not None:
-        settings = settings_file(args.settings)
+        settings = local_settings(args, args.consumer)
     else:
         k = Cluster(args)
         qc = k.consumer(args.consumer)

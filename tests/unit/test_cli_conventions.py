@@ -234,3 +234,15 @@ def test_rebase_prints_one_document_as_json_or_yaml(tmp_path: Path, capsys, monk
     as_json, as_yaml = _as_json_and_yaml(["rebase", "audit", "--topic", "t", "--settings",
                                           str(_settings_file(tmp_path)), "--dry-run"], capsys)
     assert as_yaml == as_json == [{"topic": "t", "starts": {"0": 0, "1": 3}, "source": False, "dryRun": True}]
+
+
+@pytest.mark.parametrize("command", ["skip", "rebase"])
+def test_local_settings_refuse_the_flags_that_choose_a_cluster_consumer(command: str, tmp_path: Path, capsys) -> None:
+    extra = ["--topic", "t"] if command == "rebase" else []
+    path = str(_settings_file(tmp_path))
+    for argv, says in ((["audit", "--kubeconfig", "k"], "--kubeconfig and --context are for a consumer in the cluster"),
+                       (["orders"], "consumer 'orders': these settings are consumer default/audit's"),
+                       (["audit", "-n", "shop"], "-n shop: these settings are consumer default/audit's")):
+        code, err = _run([command, *argv, *extra, "--settings", path, "--dry-run"], capsys)
+        assert code == 2, err
+        assert err.startswith(cli_prefix(command)) and says in err and len(err.splitlines()) == 1, err

@@ -27,7 +27,7 @@ from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, READER_SOURCES, 
 
 from ..errors import usage_error
 from ..output import add_output_arg, emit, machine
-from .cluster import CliError, Cluster
+from .cluster import CliError, Cluster, local_settings
 from .quarantine import PAYLOAD_CHARS, inspect_filter, read_topic
 from .held import held_json, read_held, render_held
 from .table import header_line, render_table, say
@@ -204,18 +204,15 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         raise CliError("this antidote has no poison reader (antidote_consumer.reader); use "
                        f"`antidote drain {args.name} --action Redrive` to run it in the cluster") from None
     if local:
-        if args.kubeconfig or args.context:
-            raise usage_error("--kubeconfig and --context are for a consumer in the cluster (CONSUMER); "
-                              "--settings and -f need no cluster")
         from antidote_consumer.settings import SettingsError
 
-        try:
-            s = reader_cli.load(args)
-        except SettingsError as err:
-            raise CliError(str(err), reader_cli.EXIT_BAD_SETTINGS) from None
-        if args.namespace and args.namespace != s.namespace:
-            raise usage_error(f"-n {args.namespace}: these settings are consumer {s.namespace}/{s.consumer}'s; "
-                              "-n chooses a consumer in the cluster (with CONSUMER)")
+        def load(args: argparse.Namespace) -> Any:
+            try:
+                return reader_cli.load(args)
+            except SettingsError as err:
+                raise CliError(str(err), reader_cli.EXIT_BAD_SETTINGS) from None
+
+        s = local_settings(args, None, load)
     else:
         k = Cluster(args)
         k.consumer(args.name)
