@@ -46,3 +46,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         say_error(command_of(self.prog), f"{message} (see {self.prog} --help)")
         sys.exit(CliExit.USAGE)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        # argparse reports a subcommand's unknown flags from the top parser (`antidote:
+        # unrecognized arguments`): named here with the subcommand, as its other errors.
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            prog = " ".join(filter(None, (self.prog, getattr(ns, "command", None))))
+            say_error(command_of(prog), f"unrecognized arguments: {' '.join(extras)} (see {prog} --help)")
+            sys.exit(CliExit.USAGE)
+        return ns

@@ -97,6 +97,7 @@ USAGE_ERRORS = [
     (["inspect", "c", "-o", "xml"], "inspect", "argument -o/--output: invalid choice: 'xml'"),
     (["drain", "c", "--rate", "fast"], "drain", "argument --rate: invalid int value: 'fast'"),
     (["explode"], "", "invalid choice: 'explode'"),
+    (["inspect", "c", "--bogus"], "inspect", "unrecognized arguments: --bogus (see antidote inspect --help)"),
     (["reader"], "reader", "one of the arguments --settings -f/--consumer-file/--consumer is required"),
     (["redrive"], "redrive", "name a consumer"),
     (["redrive", "c", "-f", "qc.yaml"], "redrive", "not both"),
