@@ -8,6 +8,8 @@ from pathlib import Path
 
 from antidote_api import crdgen, generated
 
+from .errors import fail
+
 
 def _repo_root() -> Path:
     # operator/antidote_cli/crds.py -> the checkout, when run from a source install.
@@ -29,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     root = args.root or _repo_root()
     if not (root / "pyproject.toml").is_file():
-        print(f"antidote crds: {root} is not an antidote checkout; pass --root", file=sys.stderr)
-        return 1
+        return fail("crds", f"{root} is not an antidote checkout; pass --root")
     for rel, text in generated.files().items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
