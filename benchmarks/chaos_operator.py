@@ -33,6 +33,7 @@ import yaml
 
 from antidote_api.names import drain_job_name
 from antidote_api.semantics import EffectiveSettings
+from antidote_api.types import POISON_POLICIES, QUEUE_CONSUMERS
 from antidote_api.wire import DRAIN_ANNOTATION
 from antidote_api.wire import RESUME_ANNOTATION
 from antidote_devstack import stack as devstack
@@ -200,7 +201,7 @@ class _OperatorRun:
             name = self.rng.choice([n for n, w in self.want.items() if not w.paused])
             self.want[name].paused = True
             self.want[name].transitions["Paused"] += 1
-            k.patch("queueconsumers", name, {"spec": {"paused": True}})
+            k.patch(QUEUE_CONSUMERS, name, {"spec": {"paused": True}})
             return (lambda: k.replicas(name) == 0 or k.condition(name, "Paused") == ("True", "UserRequested"),
                     [name])
         if action == "resume":  # what `antidote resume` writes for a paused consumer
@@ -208,7 +209,7 @@ class _OperatorRun:
             self.want[name].paused = False
             self.want[name].transitions["Resumed"] += 1
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            k.patch("queueconsumers", name, {"metadata": {"annotations": {RESUME_ANNOTATION: stamp}},
+            k.patch(QUEUE_CONSUMERS, name, {"metadata": {"annotations": {RESUME_ANNOTATION: stamp}},
                                              "spec": {"paused": False}})
             return (lambda: k.replicas(name) == 1 or RESUME_ANNOTATION not in _annotations(k, name),
                     [name])
@@ -217,13 +218,13 @@ class _OperatorRun:
             rid = f"r{sum(len(w.drains) for w in self.want.values()) + 1}"
             self.want[name].drains.append(rid)
             self.want[name].transitions.update(["ReaderJobStarted", "ReaderJobSucceeded"])
-            k.patch("queueconsumers", name, {"metadata": {"annotations": {DRAIN_ANNOTATION: rid}}})
+            k.patch(QUEUE_CONSUMERS, name, {"metadata": {"annotations": {DRAIN_ANNOTATION: rid}}})
             job = drain_job_name(name, rid)
             return (lambda: any(j.metadata.name == job for j in _reader_jobs(k, name)),
                     [name])
         if action == "policy":  # a reconcile of every consumer at once
             self.immediate = (self.immediate % 3) + 1
-            k.patch("poisonpolicies", "p", {"spec": {"retries": {"immediate": self.immediate}}})
+            k.patch(POISON_POLICIES, "p", {"spec": {"retries": {"immediate": self.immediate}}})
             names = sorted(self.want)
             return (lambda: any((s := _settings(k, n)) is not None and s.retries.immediate == self.immediate
                                 for n in names)), names

@@ -29,6 +29,7 @@ from kubernetes.client.rest import ApiException
 from tests.integration.operator_util import (Cluster, Operator, consumer, install_crds, policy,
                                              wait_for)
 
+from antidote_api.types import QUEUE_CONSUMERS
 from antidote_devstack import stack as devstack
 from benchmarks.chaos_operator import _api, _namespace, own_children
 
@@ -125,7 +126,7 @@ def run_apiserver_restart(s: devstack.Stack, *, folder: Path, consumers: int = 3
         r.outage_seconds = devstack.restart(Path(s.dir), "kube-apiserver", down_for=down_for)
         back = time.monotonic()
         k.create(consumer("after", "p", s.kafka_bootstrap, "chaos-api-after"))
-        k.patch("queueconsumers", names[0], {"spec": {"paused": True}})
+        k.patch(QUEUE_CONSUMERS, names[0], {"spec": {"paused": True}})
         try:
             for n in names + ["after"]:
                 wait_for(lambda n=n: all(v for kind, v in own_children(k, n).items() if kind != "reader")

@@ -52,12 +52,12 @@ import yaml  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from antidote_api.types import GROUP, POISON_POLICIES, QUEUE_CONSUMERS, VERSION  # noqa: E402
 from antidote_devstack.procs import terminate as stop  # noqa: E402
 from antidote_operator import heap  # noqa: E402
 from benchmarks import api_floor, bench_stack  # noqa: E402
 from benchmarks.consumer_pages import FakeConsumers, free_port  # noqa: E402
 
-GROUP, VERSION = "antidote.dev", "v1alpha1"
 ANTIDOTE = str(Path(sys.executable).with_name("antidote"))
 
 
@@ -93,7 +93,7 @@ class Bench:
         deadline = time.monotonic() + 60
         while True:
             try:
-                self.objs.list_namespaced_custom_object(GROUP, VERSION, "default", "queueconsumers")
+                self.objs.list_namespaced_custom_object(GROUP, VERSION, "default", QUEUE_CONSUMERS)
                 return
             except ApiException:
                 if time.monotonic() > deadline:
@@ -119,14 +119,14 @@ class Bench:
         self.cleanup(ns)
 
     def populate(self, ns: str, n: int, fake: FakeConsumers) -> list[str]:
-        self.objs.create_namespaced_custom_object(GROUP, VERSION, ns, "poisonpolicies", {
+        self.objs.create_namespaced_custom_object(GROUP, VERSION, ns, POISON_POLICIES, {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PoisonPolicy", "metadata": {"name": "default"},
             "spec": {}})
         names = [f"c{i:04d}" for i in range(n)]
 
         def create(name: str) -> None:
             fake.add(ns, name)
-            self.objs.create_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers", {
+            self.objs.create_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS, {
                 "apiVersion": f"{GROUP}/{VERSION}", "kind": "QueueConsumer", "metadata": {"name": name},
                 "spec": {"policyRef": {"name": "default"},
                          "source": {"kafka": {"bootstrapServers": "kafka:9092", "topic": f"topic-{name}"}},
@@ -184,23 +184,23 @@ class Bench:
         return {d.metadata.name: d.spec.replicas for d in self.apps.list_namespaced_deployment(ns).items}
 
     def reconciled(self, ns: str) -> int:
-        items = self.objs.list_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers")["items"]
+        items = self.objs.list_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS)["items"]
         return sum(1 for i in items if (i.get("status") or {}).get("conditions"))
 
     def cleanup(self, ns: str) -> None:
         """Without a controller-manager nothing is collected: delete what was made."""
-        items = self.objs.list_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers")["items"]
+        items = self.objs.list_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS)["items"]
 
         def drop(name: str) -> None:
             try:
-                self.objs.patch_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers", name,
+                self.objs.patch_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS, name,
                                                          {"metadata": {"finalizers": None}})
             except ApiException:
                 pass
 
         list(self.pool.map(drop, [i["metadata"]["name"] for i in items]))
-        self.objs.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers")
-        self.objs.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, "poisonpolicies")
+        self.objs.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS)
+        self.objs.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, POISON_POLICIES)
         self.apps.delete_collection_namespaced_deployment(ns)
         self.core.delete_collection_namespaced_config_map(ns)
         self.core.delete_collection_namespaced_service_account(ns)
@@ -362,7 +362,7 @@ def resume_all(bench: Bench, fake: FakeConsumers, ns: str, names: list[str]) -> 
         fake.heal(ns, n)
 
     def resume(name: str) -> None:
-        bench.objs.patch_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers", name, {
+        bench.objs.patch_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS, name, {
             "metadata": {"annotations": {"antidote.dev/resume": "bench"}}})
 
     time.sleep(3)  # let the healed pages be scraped
@@ -380,7 +380,7 @@ def floor(bench: Bench, fake: FakeConsumers, n: int, template: dict) -> tuple[fl
     log(f"floor: {n} QueueConsumers in {ns}, their requests made by a bare client")
     try:
         bench.populate(ns, n, fake)
-        consumers = bench.objs.list_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers")["items"]
+        consumers = bench.objs.list_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS)["items"]
         record = {k: v for k, v in template["metadata"].get("annotations", {}).items()
                   if k.startswith("kopf.antidote.dev/")}
         before = api_requests(bench)
@@ -485,7 +485,7 @@ def main() -> int:
             log(f"first reconcile took {took:.1f}s; API requests meanwhile: {requests}")
             loads.append(load())
             bench.wait("every consumer scraped", lambda: all(fake.hits.get((ns, n), 0) >= 2 for n in names))
-            template = bench.objs.get_namespaced_custom_object(GROUP, VERSION, ns, "queueconsumers", names[0])
+            template = bench.objs.get_namespaced_custom_object(GROUP, VERSION, ns, QUEUE_CONSUMERS, names[0])
             cpu0, w0 = cpu_seconds(proc.pid), time.monotonic()
             time.sleep(20)  # steady state: scraping every consumer every --scrape-interval
             cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - w0)

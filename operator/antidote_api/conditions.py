@@ -96,6 +96,22 @@ class PoisonConditionReason(StrEnum):
     HELD_OVERFLOW = "HeldOverflow"
 
 
+
+class EventReason(StrEnum):
+    """Reasons of the Events the operator posts that are no condition's reason (those post
+    their condition's: ConfigReason, DriverReason, ChildConflict; the autoscaler its own,
+    autoscale.EVENT_REASONS). Each is posted on a transition only (docs/operator.md)."""
+
+    QUEUE_DISABLED = "QueueDisabled"
+    RESUMED = "Resumed"
+    PAUSED = "Paused"
+    PROBE_SUCCEEDED = "ProbeSucceeded"
+    POISON_DETECTED = "PoisonDetected"
+    DRAIN_INVALID = "DrainInvalid"
+    READER_JOB_STARTED = "ReaderJobStarted"
+    READER_JOB_SUCCEEDED = "ReaderJobSucceeded"
+    READER_JOB_FAILED = "ReaderJobFailed"
+
 # Every reason a QueueConsumer's Ready condition can have: the closed set of the `reason`
 # label of antidote_operator_consumer_ready (anything else is exported as "Unknown").
 CONSUMER_READY_REASONS = frozenset(

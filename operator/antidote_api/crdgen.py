@@ -19,7 +19,7 @@ from pydantic.json_schema import GenerateJsonSchema, NoDefault
 
 from .consumer import QueueConsumer
 from .policy import PoisonPolicy
-from .types import GROUP, VERSION
+from .types import GROUP, POISON_POLICIES, QUEUE_CONSUMERS, VERSION
 
 HEADER = "# Generated from operator/antidote_api by `antidote crds --write`; do not edit.\n"
 CATEGORY = "antidote"
@@ -60,7 +60,7 @@ def _condition(type_: str, part: str) -> str:
 
 KINDS = (
     Kind(
-        model=PoisonPolicy, plural="poisonpolicies", short_names=("ppol",), spec_required=False,
+        model=PoisonPolicy, plural=POISON_POLICIES, short_names=("ppol",), spec_required=False,
         description="How a QueueConsumer treats messages that keep failing: retries, the "
                     "disposition after the last attempt, queue disabling and poison-queue readers.",
         printer_columns=(
@@ -77,7 +77,7 @@ KINDS = (
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         )),
     Kind(
-        model=QueueConsumer, plural="queueconsumers", short_names=("qc",), spec_required=True,
+        model=QueueConsumer, plural=QUEUE_CONSUMERS, short_names=("qc",), spec_required=True,
         description="A Kafka topic consumed by a Python handler on Spark Structured Streaming, "
                     "with poison messages handled by a PoisonPolicy.",
         printer_columns=(

@@ -20,6 +20,9 @@ T = TypeVar("T", bound=Hashable)
 GROUP = "antidote.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+# The two kinds' resource names (plurals), as the CRDs declare them and every client asks.
+QUEUE_CONSUMERS = "queueconsumers"
+POISON_POLICIES = "poisonpolicies"
 
 @dataclass(frozen=True)
 class Named:

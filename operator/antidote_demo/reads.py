@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-GROUP, VERSION = "antidote.dev", "v1alpha1"
+from antidote_api.types import GROUP, QUEUE_CONSUMERS, VERSION
 
 
 class ClusterReads:
@@ -18,7 +18,7 @@ class ClusterReads:
     consumer: str
 
     def _qc(self) -> dict[str, Any]:
-        return self.objs.get_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", self.consumer)
+        return self.objs.get_namespaced_custom_object(GROUP, VERSION, self.ns, QUEUE_CONSUMERS, self.consumer)
 
     def _counts(self, qc: dict[str, Any] | None = None) -> dict[str, int]:
         return dict(((qc or self._qc()).get("status") or {}).get("counts") or {})

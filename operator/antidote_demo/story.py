@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from antidote_api.types import GROUP, POISON_POLICIES, QUEUE_CONSUMERS, VERSION
 from antidote_consumer.examples import expenses
 
 from .balance import Balance, balance
@@ -33,7 +34,7 @@ from .errors import DemoError
 from .narrate import Narrator
 from .platform_dev import DevPlatform
 from .platform_node import NodePlatform
-from .reads import GROUP, VERSION, ClusterReads
+from .reads import ClusterReads
 
 NS = "antidote-demo"
 CONSUMER = "expenses"
@@ -144,7 +145,7 @@ class Demo(ClusterReads):
         from kubernetes import client
 
         try:
-            self.objs.list_namespaced_custom_object(GROUP, VERSION, "default", "queueconsumers")
+            self.objs.list_namespaced_custom_object(GROUP, VERSION, "default", QUEUE_CONSUMERS)
             return True
         except client.ApiException:
             return False
@@ -176,10 +177,10 @@ class Demo(ClusterReads):
             "sink": {"kafka": {"topic": self.sink}},
             **self.platform.spec(),
         }
-        self.objs.create_namespaced_custom_object(GROUP, VERSION, self.ns, "poisonpolicies", {
+        self.objs.create_namespaced_custom_object(GROUP, VERSION, self.ns, POISON_POLICIES, {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PoisonPolicy",
             "metadata": {"name": self.policy}, "spec": policy})
-        self.objs.create_namespaced_custom_object(GROUP, VERSION, self.ns, "queueconsumers", {
+        self.objs.create_namespaced_custom_object(GROUP, VERSION, self.ns, QUEUE_CONSUMERS, {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "QueueConsumer",
             "metadata": {"name": self.consumer}, "spec": qc})
         say.step(f"Applied PoisonPolicy {self.policy} (3 attempts x 2 passes, cycle delay 3s, JSON "

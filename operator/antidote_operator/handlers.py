@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from antidote_api.types import GROUP, VERSION
+from antidote_api.types import GROUP, POISON_POLICIES, QUEUE_CONSUMERS, VERSION
 
 from .builders.common import LABEL_CONSUMER
 from . import kube, kube_login, object_watch, reader_control
@@ -28,8 +28,8 @@ from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_
 from .policy_status import policy_status
 from .watcher import Watcher
 
-QC = (GROUP, VERSION, "queueconsumers")
-PP = (GROUP, VERSION, "poisonpolicies")
+QC = (GROUP, VERSION, QUEUE_CONSUMERS)
+PP = (GROUP, VERSION, POISON_POLICIES)
 # Drivers only: Spark's executor pods carry the consumer label too, but their exits are
 # Spark's business (it replaces executors), not the queue's.
 DRIVER_SELECTOR = f"{LABEL_CONSUMER},app.kubernetes.io/component=driver"

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from antidote_api.types import GROUP, VERSION
+from antidote_api.types import GROUP, POISON_POLICIES, QUEUE_CONSUMERS, VERSION
 
 from .ownership import conflict_of
 
@@ -53,8 +53,8 @@ ROLE = Kind("/apis/rbac.authorization.k8s.io/v1", "roles")
 ROLE_BINDING = Kind("/apis/rbac.authorization.k8s.io/v1", "rolebindings")
 DEPLOYMENT = Kind("/apis/apps/v1", "deployments")
 JOB = Kind("/apis/batch/v1", "jobs")
-QUEUE_CONSUMER = Kind(f"/apis/{GROUP}/{VERSION}", "queueconsumers")
-POISON_POLICY = Kind(f"/apis/{GROUP}/{VERSION}", "poisonpolicies")
+QUEUE_CONSUMER = Kind(f"/apis/{GROUP}/{VERSION}", QUEUE_CONSUMERS)
+POISON_POLICY = Kind(f"/apis/{GROUP}/{VERSION}", POISON_POLICIES)
 
 BY_KIND = {"ConfigMap": CONFIGMAP, "Secret": SECRET, "ServiceAccount": SERVICE_ACCOUNT, "Service": SERVICE,
            "Role": ROLE, "RoleBinding": ROLE_BINDING, "Deployment": DEPLOYMENT, "Pod": POD,

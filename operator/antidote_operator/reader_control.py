@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from antidote_api.conditions import EventReason
 from antidote_api.names import reader_service_account
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.times import parse_time
@@ -137,7 +138,7 @@ async def step(ctx: Context, st: ConsumerState, qc: Mapping[str, Any],
                     depth=depth, now=now, created=parse_time(meta.get("creationTimestamp")), jobs=jobs,
                     stored=stored, job_opts=ctx.options.reader_jobs)
         if p.invalid_drain is not None:
-            out.events.append(Event("Warning", "DrainInvalid",
+            out.events.append(Event("Warning", EventReason.DRAIN_INVALID,
                                     f"The {rj.DRAIN_ANNOTATION} annotation cannot be read: "
                                     f"{p.invalid_drain}. It was removed; nothing was started."))
         out.conflict = None

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 
+from antidote_api.conditions import EventReason
 from antidote_api.consumer import ReaderJob
 from antidote_api.drain import DrainRequest, parse_drain
 from antidote_api.names import drain_job_name, reader_job_name, schedule_job_name
@@ -267,13 +268,13 @@ def transitions(stored: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, 
         old = before.get(e["name"])
         trig = e["trigger"]
         if old is None:
-            out.append(Transition(Event("Normal", "ReaderJobStarted",
+            out.append(Transition(Event("Normal", EventReason.READER_JOB_STARTED,
                                         f"Reader Job {e['name']} started ({e['action']}, trigger "
                                         f"{trig})."), trig, "started"))
         if e["phase"] in ("Succeeded", "Failed") and (old is None or old.get("phase") != e["phase"]):
             ok = e["phase"] == "Succeeded"
             out.append(Transition(Event("Normal" if ok else "Warning",
-                                        "ReaderJobSucceeded" if ok else "ReaderJobFailed",
+                                        EventReason.READER_JOB_SUCCEEDED if ok else EventReason.READER_JOB_FAILED,
                                         f"Reader Job {e['name']}: {e['message']}"), trig,
                                   "succeeded" if ok else "failed"))
     return out

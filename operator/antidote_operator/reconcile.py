@@ -19,6 +19,7 @@ from typing import Any
 
 import kopf
 
+from antidote_api.conditions import EventReason
 from antidote_api.names import child_names
 from antidote_api.times import parse_time
 from antidote_api.types import API_VERSION
@@ -204,11 +205,11 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         await post_event(ctx, ref, e)
         log.log(logging.WARNING if e.type == "Warning" else logging.INFO, "%s/%s %s: %s",
                 ns, name, e.reason, e.message)
-        if e.reason == "QueueDisabled":
+        if e.reason == EventReason.QUEUE_DISABLED:
             ctx.metrics.pauses.labels(d.disabled or "Unknown").inc()
-        elif e.reason == "Paused":
+        elif e.reason == EventReason.PAUSED:
             ctx.metrics.pauses.labels("UserRequested").inc()
-        elif e.reason == "Resumed" and d.resumed:
+        elif e.reason == EventReason.RESUMED and d.resumed:
             ctx.metrics.resumes.labels("Probing" if isinstance(d.probe, str) else "Resumed").inc()
 
     annotations: dict[str, str | None] = {}

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 
 from antidote_api.base import explain
 from antidote_api.conditions import (Condition, ConditionType, ConfigReason, DriverReason, EnabledReason,
-                                     PausedReason, PoisonConditionReason, ReadyReason, condition,
-                                     find_condition, set_condition)
+                                     EventReason, PausedReason, PoisonConditionReason, ReadyReason,
+                                     condition, find_condition, set_condition)
 from antidote_api.consumer import Counts, LastPoison, QueueConsumerSpec, QueueConsumerStatus
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
@@ -223,7 +223,7 @@ def _resume(p: _Pass) -> None:
         return
     if RESUME_ANNOTATION in p.i.annotations:
         p.put(DISABLED, False, EnabledReason.RESUMED, f"Re-enabled by the {RESUME_ANNOTATION} annotation.")
-        p.events.append(Event("Normal", "Resumed", f"Queue re-enabled by the {RESUME_ANNOTATION} "
+        p.events.append(Event("Normal", EventReason.RESUMED, f"Queue re-enabled by the {RESUME_ANNOTATION} "
                               "annotation" + (" (still paused: spec.paused is true)." if p.paused
                                               else "; the consumer starts again.")))
     elif (auto := p.auto) is not None:
@@ -234,7 +234,7 @@ def _resume(p: _Pass) -> None:
         p.put(DISABLED, False, EnabledReason.PROBING,
               f"Auto-resumed after {auto.after} (queueDisable.autoResume): probing with "
               f"{auto.probe_messages} message(s); the first failure disables it again.")
-        p.events.append(Event("Normal", "Resumed", f"Queue auto-resumed after {auto.after}: "
+        p.events.append(Event("Normal", EventReason.RESUMED, f"Queue auto-resumed after {auto.after}: "
                               f"probing with {auto.probe_messages} message(s)."))
         p.probe = str(p.cur.counts.processed if p.cur.counts else 0)
     else:
@@ -256,7 +256,7 @@ def _disable(p: _Pass) -> None:
             reason, how = evidence
             message = disable_message(reason, how, p.i.name, p.policy, s)
             p.put(DISABLED, True, reason, message)
-            p.events.append(Event("Warning", "QueueDisabled", message))
+            p.events.append(Event("Warning", EventReason.QUEUE_DISABLED, message))
             p.disabled, p.disabled_reason, p.newly_disabled = True, reason, True
             if PROBE_ANNOTATION in p.i.annotations:
                 p.probe = None
@@ -281,7 +281,7 @@ def _probe(p: _Pass) -> None:
         if i.sample is not None and not isinstance(p.probe, str) and processed >= base + auto.probe_messages:
             p.put(DISABLED, False, EnabledReason.PROBE_SUCCEEDED,
                   f"The probe processed {processed - base} message(s); consuming normally again.")
-            p.events.append(Event("Normal", "ProbeSucceeded", "The auto-resume probe passed; "
+            p.events.append(Event("Normal", EventReason.PROBE_SUCCEEDED, "The auto-resume probe passed; "
                                   "consuming normally again."))
             p.probe, probing = None, False
     if probing and p.settings is not None and auto is not None and not p.disabled:
@@ -305,14 +305,14 @@ def _paused(p: _Pass) -> None:
     if p.paused:
         p.put(PAUSED, True, PausedReason.USER_REQUESTED, "spec.paused is true: the Deployment is scaled to 0.")
         if not user:
-            p.events.append(Event("Normal", "Paused", "Paused by spec.paused: the Deployment is "
+            p.events.append(Event("Normal", EventReason.PAUSED, "Paused by spec.paused: the Deployment is "
                                                       "scaled to 0."))
     elif p.disabled:
         p.put(PAUSED, True, PausedReason.QUEUE_DISABLED, f"The queue is disabled ({p.disabled_reason}).")
     else:
         p.put(PAUSED, False, PausedReason.NOT_PAUSED, "")
         if user and not p.resumed:
-            p.events.append(Event("Normal", "Resumed", "spec.paused is false: consuming again."))
+            p.events.append(Event("Normal", EventReason.RESUMED, "spec.paused is false: consuming again."))
 
 
 def _ready(p: _Pass) -> None:
@@ -408,7 +408,7 @@ def _poison(p: _Pass, counts: Counts | None, last: LastPoison | None) -> PoisonM
     interval = timedelta(seconds=i.poison_event_interval)
     if memory.last_event is None or p.now >= memory.last_event + interval:
         assert counts is not None
-        p.events.append(Event("Warning", "PoisonDetected", f"{poisoned - baseline} new poison message(s): "
+        p.events.append(Event("Warning", EventReason.POISON_DETECTED, f"{poisoned - baseline} new poison message(s): "
                               + poison_summary(counts, last) + "."))
         return PoisonMemory(baseline=poisoned, last_event=p.now)
     p.recheck(memory.last_event + interval)

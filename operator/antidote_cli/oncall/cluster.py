@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from antidote_api.names import settings_configmap
-from antidote_api.types import GROUP, VERSION
+from antidote_api.types import GROUP, QUEUE_CONSUMERS, VERSION
 from antidote_api.wire import SETTINGS_KEY
 
 from ..errors import CliError  # noqa: F401 (the on-call modules' one error, re-exported)
 
 
-PLURAL = "queueconsumers"
+PLURAL = QUEUE_CONSUMERS
 
 
 def settings_file(path):
