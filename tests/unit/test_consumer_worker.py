@@ -144,7 +144,9 @@ def test_an_attempt_past_the_time_limit_fails_with_attempt_timeout_and_the_other
         b"hang:2", "retry", "antidote.AttemptTimeout", 2)
     assert "attemptTimeout" in row["error_message"] and "time.sleep" in row["stack"]
     assert calls[b"hang:2"] == 2 and (summary["n_ok"], summary["n_attempts"]) == (2, 4)
-    assert 0.6 <= took < 3, took  # two attempts of 0.3s, each ended within the watchdog's poll
+    # Two attempts of 0.3 s each, ended by the watchdog: the handler's own sleep is an hour.
+    # The upper bound only proves that (a tight one failed on a loaded machine: no timing here).
+    assert 0.6 <= took < 60, took
 
 
 def test_attempt_timeout_can_be_listed_as_non_retryable() -> None:
