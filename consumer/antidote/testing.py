@@ -230,8 +230,8 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
                         f"got {type(msg).__name__}")
     cfg = worker_config(s)
     out = run_pass(current, fn, plan_of(cfg), cycle)
-    base = dict(cycle=cycle, calls=out.attempts, attempts=before + out.attempts, key=current.key,
-                value=current.value, settings=s)
+    base: dict[str, Any] = dict(cycle=cycle, calls=out.attempts, attempts=before + out.attempts,
+                                key=current.key, value=current.value, settings=s)
     if out.verdict is Verdict.OK:
         return Result("processed", output=out.output, **base)
     row = SimpleNamespace(reason=out.reason.value if out.reason else None, chosen=out.chosen)

@@ -5,6 +5,7 @@ and the Events (docs/operator.md, "Executors scaled by lag")."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import Field
 
@@ -68,5 +69,5 @@ CONFLICT_MESSAGE = ("with autoscale the operator sets the executor count: conf m
                     + " or ".join(CONFLICTING_CONF))
 
 
-def conflicts(spark) -> bool:
+def conflicts(spark: Any) -> bool:  # a consumer.Spark (that module imports this one)
     return spark.autoscale is not None and any(k in (spark.conf or {}) for k in CONFLICTING_CONF)

@@ -221,7 +221,7 @@ def crd(kind: Kind) -> dict[str, Any]:
 
 
 def to_yaml(obj: dict[str, Any]) -> str:
-    return yaml.safe_dump(obj, sort_keys=False, width=100, allow_unicode=True)
+    return str(yaml.safe_dump(obj, sort_keys=False, width=100, allow_unicode=True))
 
 
 def render(kind: Kind) -> str:

@@ -44,7 +44,7 @@ def _code(value: Any) -> str:
 def _type(node: dict[str, Any]) -> str:
     kind = node.get("type", "object")
     if "x-antidote-type" in node:
-        return node["x-antidote-type"]
+        return str(node["x-antidote-type"])
     if "enum" in node:
         return "enum: " + ", ".join(_code(v) for v in node["enum"])
     if kind == "array":

@@ -108,6 +108,7 @@ class Duration:
             validate, serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="json"))
 
     @classmethod
-    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> dict:
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
         return {"type": "string", "pattern": PATTERN, "minLength": 2, "maxLength": 32,
                 "x-antidote-type": "duration"}

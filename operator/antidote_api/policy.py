@@ -43,7 +43,7 @@ class Retries(ApiModel):
                     "handler asks for with `raise antidote.Retry(after=...)` (without it, that "
                     "delay is capped at the longest cycle delay). Default: unbounded.",
         json_schema_extra=seed("Spring Kafka maxDelay"))
-    non_retryable: SetOf(ClassName) = Field(
+    non_retryable: SetOf(ClassName) = Field(  # type: ignore[valid-type]  # SetOf builds an Annotated list
         default_factory=list,
         description="Exception class names (`ValueError`, `json.JSONDecodeError`) that skip all "
                     "retries: the message gets its disposition at once, reason `non-retryable`. A "
@@ -181,9 +181,9 @@ class ReaderTrigger(ApiModel):
 
 
 class ReaderFilter(ApiModel):
-    error_classes: SetOf(ClassName) | None = Field(
+    error_classes: SetOf(ClassName) | None = Field(  # type: ignore[valid-type]  # SetOf builds an Annotated list
         None, description="Only messages whose `antidote.error.class` header is one of these.")
-    reasons: SetOf(PoisonReason, max_items=len(POISON_REASONS)) | None = Field(
+    reasons: SetOf(PoisonReason, max_items=len(POISON_REASONS)) | None = Field(  # type: ignore[valid-type]  # SetOf builds an Annotated list
         None, description="Only messages quarantined for one of these reasons.")
     since: datetime | None = Field(None, description="Only messages quarantined at or after this time.")
     until: datetime | None = Field(None, description="Only messages quarantined before this time.")
@@ -267,7 +267,7 @@ class PoisonPolicySpec(ApiModel):
         description="When the whole consumer is disabled (paused) instead of quarantining.",
         json_schema_extra=seed("Service Broker poison-message detection; BROKER_QUEUE_DISABLED"))
     payload: Payload = Field(default_factory=Payload, description="Payload handling.")
-    native_headers: SetOf(NativeHeaderSet, max_items=2) = Field(
+    native_headers: SetOf(NativeHeaderSet, max_items=2) = Field(  # type: ignore[valid-type]  # SetOf builds an Annotated list
         default_factory=list,
         description="Kafka-native error header sets to write as well on quarantined records (the "
                     "poison and dead-letter topics), with the same facts as the `antidote.*` "

@@ -189,7 +189,7 @@ class EffectiveSettings(ApiModel):
     volumes: list[ClaimVolume] | None = Field(
         None, description="PersistentVolumeClaims mounted in the driver and reader pods "
                           "(QueueConsumer spec.volumes).")
-    native_headers: list[NativeHeaderSet] = Field(
+    native_headers: list[NativeHeaderSet] = Field(  # type: ignore[valid-type]  # a Literal built from NATIVE_SETS
         default_factory=list, description="Kafka-native error header sets also written on "
                                           "quarantined records (the policy's nativeHeaders).")
     resume_token: str | None = Field(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, Field, GetJsonSchemaHandler, StringConstraints, WithJsonSchema
+from pydantic.config import JsonDict
 from pydantic_core import core_schema
 
 from .headers import NATIVE_SETS
@@ -19,7 +20,8 @@ T = TypeVar("T", bound=Hashable)
 
 GROUP = "antidote.dev"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+API_VERSION: Literal["antidote.dev/v1alpha1"] = "antidote.dev/v1alpha1"  # the Literal the models check
+assert API_VERSION == f"{GROUP}/{VERSION}"
 # The two kinds' resource names (plurals), as the CRDs declare them and every client asks.
 QUEUE_CONSUMERS = "queueconsumers"
 POISON_POLICIES = "poisonpolicies"
@@ -99,7 +101,7 @@ def SetOf(item: Any, max_items: int = 64) -> Any:  # noqa: N802 - reads like a t
                      Field(max_length=max_items, json_schema_extra={"x-kubernetes-list-type": "set"})]
 
 
-def seed(text: str) -> dict[str, str]:
+def seed(text: str) -> JsonDict:
     """The analogue in the seed playbooks (or a well-known system), for docs/api.md only."""
     return {"x-antidote-seed": text}
 

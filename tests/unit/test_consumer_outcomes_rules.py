@@ -120,3 +120,7 @@ def test_a_record_that_cannot_fit_its_topic_stops_the_consumer_at_it() -> None:
                    [], None, None, NOW)
     assert err.value.reason is DisableReason.FAULT and err.value.at["reason"] == TOO_LARGE
     assert "orders/1/4" in err.value.message and "orders.poison" in err.value.message
+
+
+def test_the_typed_result_row_has_the_result_columns_in_their_order() -> None:
+    assert list(ResultRow._fields) == RESULT_FIELDS

@@ -102,7 +102,7 @@ class Runtime:
             # Only a resume re-enables a queue: a container restarted by its kubelet would
             # otherwise run the failing batch again before the operator scales it to 0.
             self.disabled = QueueDisabled(
-                state.disabled, f"the queue was disabled ({state.disabled}) by an earlier run and "
+                DisableReason(state.disabled), f"the queue was disabled ({state.disabled}) by an earlier run and "
                 "has not been resumed since (antidote resume, or the antidote.dev/resume "
                 "annotation)", state.fault)
         elif state.disabled:
@@ -216,9 +216,11 @@ class Runtime:
         # batch it came from, partitions' with each other.)
         first = mapped.filter("kind NOT IN ('summary', 'end', 'chains', 'waiting')").selectExpr(
             "min(struct(topic, partition, offset)) AS f").first().f
+        sink = self.s.sink
+        assert sink is not None and sink.path is not None  # a path sink's outputs
         if first is not None:
-            out.write.mode("overwrite").format(self.s.sink.format).save(
-                f"{self.s.sink.path.rstrip('/')}/batch={first.topic}-{first.partition}-{first.offset}")
+            out.write.mode("overwrite").format(sink.format).save(
+                f"{sink.path.rstrip('/')}/batch={first.topic}-{first.partition}-{first.offset}")
 
     # --- one batch, end to end -------------------------------------------------------------
     def run_ahead(self, local_rows: list) -> tuple[bool, BatchResult | None]:
@@ -278,6 +280,7 @@ class Runtime:
                 self.cfg = dataclasses.replace(self.cfg, due_by=due_by)
             started = time.monotonic()
             try:
+                isolated: list
                 if ran is not None:
                     result, isolated = ran, []
                 else:

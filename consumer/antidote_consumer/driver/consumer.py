@@ -140,6 +140,7 @@ class Consumer:
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
         try:
             jvm = self.spark.sparkContext._jvm
+            assert jvm is not None  # a running session's gateway
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
                 "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF)
         except Exception as err:  # noqa: BLE001 - only the log's noise is at stake
@@ -327,12 +328,12 @@ class Consumer:
         # source query in both modes.
         pump = threading.Thread(target=self._pump_loop, name="retry-pump", daemon=True)
         try:
-            self.query = self._start_query(until_idle)
+            self.query = query = self._start_query(until_idle)
             pump.start()
             # availableNow ends by itself once the source is drained; a continuous query
             # runs until SIGTERM or until a batch disables the queue.
-            while self.query.isActive and not self.runtime.disabled:
-                self.query.awaitTermination(1)
+            while query.isActive and not self.runtime.disabled:
+                query.awaitTermination(1)
             self._end_pump()
             pump.join(timeout=self._pump_wait_left())
             self._stop_query()
@@ -417,7 +418,7 @@ class Consumer:
             n, next_due = self.pump_once()
             if n == 0 and next_due is None:
                 break
-            if n == 0:  # until the next due time, or a SIGTERM
+            if n == 0 and next_due is not None:  # until the next due time, or a SIGTERM
                 self.runtime.stopping.wait(max(0.05, next_due / 1000 - time.time()))
         self.update_depths()
 

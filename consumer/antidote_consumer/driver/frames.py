@@ -39,7 +39,8 @@ def _handler_udf(cfg: WorkerConfig):
     from pyspark.sql.functions import pandas_udf
     from pyspark.util import PythonEvalType
 
-    udf = pandas_udf(functools.partial(process, cfg), returnType=RESULT_SCHEMA,
+    # pyspark's stubs know no overload for the Arrow-iterator eval type (207): it is mapInArrow's.
+    udf = pandas_udf(functools.partial(process, cfg), returnType=RESULT_SCHEMA,  # type: ignore[call-overload]
                      functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
     return udf(*[F.col(name) for name in INPUT_COLUMNS])
 

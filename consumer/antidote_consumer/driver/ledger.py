@@ -123,12 +123,13 @@ def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -
                 msg = consumer.poll(30)
                 if msg is None:
                     raise TimeoutError(f"ledger {topic}: no answer while loading")
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                err, key, value = msg.error(), msg.key(), msg.value()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         break
-                    raise RuntimeError(f"ledger {topic}: {msg.error()}")
-                if msg.value() is not None:
-                    state.apply(msg.key().decode(), json.loads(msg.value()))
+                    raise RuntimeError(f"ledger {topic}: {err}")
+                if key is not None and value is not None:
+                    state.apply(key.decode(), json.loads(value))
         return state
     finally:
         consumer.close()

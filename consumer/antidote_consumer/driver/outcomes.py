@@ -204,7 +204,7 @@ def fitted(t: Targets, topic: str, key, value, hdrs: list, at) -> list:
     if done is not None:
         return done
     size = h.record_size(key, value, h.user_headers(hdrs))
-    at = row_at(at) if isinstance(at, Failure) else at
+    at = row_at(at) if isinstance(at, tuple) else at  # a Failure row, else row_at's dict
     where = f"{at['topic']}/{at['partition']}/{at['offset']}"
     raise QueueDisabled(
         DisableReason.FAULT, f"the message at {where} cannot be written to {topic} (reason {TOO_LARGE}): "

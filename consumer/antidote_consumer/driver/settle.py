@@ -48,6 +48,7 @@ class Settler:
         stop = outcomes.fault_stop(self.t.s, result, isolated)
         if stop is not None:
             err, origin = stop
+            assert err.at is not None  # a Fault says where it stopped
             self.last_poison(err.at["reason"], err.at["error_class"], origin)  # where it stopped
             raise err
         done = outcomes.settlement(self.t, self.ledger.state, result, isolated, batch_id, positions,

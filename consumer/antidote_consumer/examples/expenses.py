@@ -18,6 +18,7 @@ import random
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 from dataclasses import dataclass
 
 from . import accounts
@@ -85,7 +86,7 @@ def reports(n: int, *, start: int = 0, invalid_every: int = 37, unknown_every: i
     rng = random.Random(seed + start)
     out = []
     for i in range(start, start + n):
-        doc = {"reportId": f"R-{i:05d}", "employeeId": f"E-{rng.randrange(100, 999)}",
+        doc: dict[str, Any] = {"reportId": f"R-{i:05d}", "employeeId": f"E-{rng.randrange(100, 999)}",
                "amount": round(rng.uniform(5, 900), 2), "costCenter": rng.choice(COST_CENTERS),
                "category": rng.choice(CATEGORIES)}
         fate = "processed"

@@ -333,6 +333,7 @@ def sink_secret_dir(s: EffectiveSettings, *, verify: bool = False) -> str | None
     if name is None:
         return None
     conf = load(name)[1]
+    assert s.sink is not None and s.sink.kafka is not None  # a sink secret is a Kafka sink's
     bootstrap = s.sink.kafka.bootstrap_servers or s.source.bootstrap_servers
     if verify and (name, bootstrap) != (source_secret(s), s.source.bootstrap_servers):
         check(conf, bootstrap, name)  # else the source's check covered it

@@ -114,14 +114,14 @@ def retry_state(headers: Iterable[tuple[str, bytes | None]]) -> RetryState:
     # pass per field: a retry record carries ~15 headers and every retried message is parsed.
     # Numbers straight from their bytes (int() takes ASCII digits as bytes): no decode each.
     found = {k: v for k, v in (headers or ()) if v is not None}
-    get = found.get
     try:
-        topic = get(ORIGINAL_TOPIC)
+        topic = found.get(ORIGINAL_TOPIC)
         state = RetryState(
             Origin(topic.decode("utf-8", "replace") if topic is not None else "",
-                   int(get(ORIGINAL_PARTITION)), int(get(ORIGINAL_OFFSET)), int(get(ORIGINAL_TIMESTAMP))),
-            int(get(ATTEMPTS)), int(get(CYCLE)), int(get(FIRST_FAILURE)), int(get(DUE)))
-    except (TypeError, ValueError) as err:
+                   int(found[ORIGINAL_PARTITION]), int(found[ORIGINAL_OFFSET]),
+                   int(found[ORIGINAL_TIMESTAMP])),
+            int(found[ATTEMPTS]), int(found[CYCLE]), int(found[FIRST_FAILURE]), int(found[DUE]))
+    except (KeyError, ValueError) as err:  # a header missing, or not a number
         raise ValueError(f"not an Antidote retry record (missing or bad antidote.* headers: {err})") from err
     # Numbers a retry record of ours never has: they would index past the policy's cycles or
     # give the handler a nonsense attempt number.
@@ -218,16 +218,17 @@ def fit_record(key: bytes | None, value: bytes | None, headers: Headers, limit: 
     out = list(headers)
     for name, floor, cut in ((ERROR_STACK, 0, _cut_end), (ERROR_MESSAGE, MIN_MESSAGE, _cut_start)):
         i = next((j for j in range(len(out) - 1, -1, -1) if out[j][0] == name), None)
-        if i is None or out[i][1] is None:
+        old = out[i][1] if i is not None else None
+        if i is None or old is None:
             continue
-        old = out[i][1]
         keep = max(floor, len(old) - excess)
         if keep <= 0:
             del out[i]
             excess -= HEADER_OVERHEAD + len(name) + len(old)
         elif keep < len(old):
-            out[i] = (name, cut(old, keep))
-            excess -= len(old) - len(out[i][1])
+            shorter = cut(old, keep)
+            out[i] = (name, shorter)
+            excess -= len(old) - len(shorter)
         if excess <= 0:
             return out
     return None

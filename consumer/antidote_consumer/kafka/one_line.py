@@ -31,7 +31,8 @@ def ledger_edit(s: EffectiveSettings, conf: dict | None, error: type[Exception],
         raise error(f"{err}; nothing was changed") from None
     except KafkaException as err:
         kerr = err.args[0] if err.args else None
-        raise error(f"Kafka at {bootstrap}: {kerr.str() if hasattr(kerr, 'str') else err}; "
+        said = kerr.str() if kerr is not None and hasattr(kerr, "str") else err
+        raise error(f"Kafka at {bootstrap}: {said}; "
                     f"the {what} was not recorded") from None
     except (RuntimeError, TimeoutError) as err:  # kafka_retry and the ledger's reads say what failed
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -53,8 +53,9 @@ def connect_once(conf: dict, bootstrap: str, timeout: float,
     from confluent_kafka.admin import AdminClient
 
     errors: list = []
-    admin = AdminClient({"log_level": 0, **conf, "bootstrap.servers": bootstrap,
-                         "error_cb": errors.append})
+    settings: dict[str, Any] = {"log_level": 0, **conf, "bootstrap.servers": bootstrap,
+                                "error_cb": errors.append}
+    admin = AdminClient(settings)
     deadline = time.monotonic() + timeout
     while True:
         try:

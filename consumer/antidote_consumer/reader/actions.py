@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka.topics import partitions_of
 
-from .rules import Progress
+from .rules import Plan, Progress, RateLimiter, ReaderReport
+
+if TYPE_CHECKING:
+    from antidote_api.semantics import EffectiveSettings
+
+    from .archive import ArchiveWriter
 
 
 log = logging.getLogger("antidote.reader")
@@ -49,6 +55,28 @@ class Failed(Exception):
 
 
 class Actions:
+    """Mixed into run._Run, which sets what these actions use; declared here so that a type
+    checker holds each use against the run's own definition."""
+
+    s: EffectiveSettings
+    p: Plan
+    topic: str
+    report: ReaderReport
+    admin: Any
+    limiter: RateLimiter
+    archive: ArchiveWriter | None
+    progress: dict[int, Progress]
+    pending: str | None
+
+    if TYPE_CHECKING:
+        def _target(self, m: Polled, part: int) -> tuple[str, int | None, list, str]: ...
+
+        def _commit(self, progress: dict[int, Progress], **pending) -> None: ...
+
+        def _transaction(self, records: list, progress: dict[int, Progress], **pending) -> None: ...
+
+        def _ensure(self, topic: str, like: str | None, config: dict | None = None) -> None: ...
+
     def _redrive(self, part: int, act: list[Polled], lo: int, hi: int, keep: list[int]) -> None:
         prog = self.progress[part]
         targets = [self._target(m, part) for m in act]
@@ -98,7 +126,7 @@ class Actions:
             return
         dlq = self.s.topics.dlq
         self._ensure(dlq, self.topic)  # what fit in the topic read fits there too
-        why = [(READER_ERROR_CLASS, self.p.action.encode()),
+        why = [(READER_ERROR_CLASS, str(self.p.action).encode()),
                (READER_ERROR_MESSAGE, h.truncate(str(err), h.MAX_MESSAGE).encode("utf-8", "replace"))]
         n = partitions_of(self.admin, dlq)
         try:
@@ -125,10 +153,12 @@ class Actions:
         name = slice_name(self.topic, part, act[0].offset, act[-1].offset)
         rows = [row(self.topic, part, m.offset, m.timestamp, m.key, m.value, m.headers) for m in act]
         self._commit({}, pending=name)  # so a killed run's files are found and removed
+        archive = self.archive
+        assert archive is not None  # opened by the run for action Archive
         last_err = None
         for _ in range(self.p.retries + 1):
             try:
-                self.archive.write(name, rows)
+                archive.write(name, rows)
                 last_err = None
                 break
             except Exception as err:  # noqa: BLE001 - the reader's own retries, then its disposition
@@ -139,7 +169,7 @@ class Actions:
             self.report.archived += len(act)
             return
         try:
-            self.archive.discard(name)
+            archive.discard(name)
         except Exception:  # noqa: BLE001
             log.exception("could not remove the failed archive slice %s", name)
         self.pending = name  # still pending in the ledger until a disposition commits

@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 import time
+from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -151,12 +152,13 @@ class _Run(Actions):
                 msg = c.poll(30)
                 if msg is None:
                     raise TimeoutError(f"reader ledger {self.ledger_topic}: no answer while loading")
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                err, raw_key, value = msg.error(), msg.key(), msg.value()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         break
-                    raise RuntimeError(f"reader ledger {self.ledger_topic}: {msg.error()}")
-                key = msg.key().decode()
-                doc = json.loads(msg.value()) if msg.value() is not None else None
+                    raise RuntimeError(f"reader ledger {self.ledger_topic}: {err}")
+                key = raw_key.decode() if raw_key is not None else ""
+                doc = json.loads(value) if value is not None else None
                 if key == "pending":
                     self.pending = (doc or {}).get("slice")
                 elif key.startswith("partition-") and doc is not None:
@@ -192,6 +194,7 @@ class _Run(Actions):
                 self.spark = spark_session(self.s)
                 self.spark.sparkContext.setLogLevel("WARN")
                 self.own_spark = True
+            assert self.p.archive_path is not None  # action Archive needs one (rules.Plan)
             self.archive = ArchiveWriter(self.spark, self.p.archive_path, self.p.archive_format)
             if self.pending:
                 # A slice written by a reader killed before its commit: its messages are
@@ -207,12 +210,13 @@ class _Run(Actions):
         if not parts:
             log.info("topic %s does not exist: nothing to read", self.topic)
             return self.report
+        consumer = self.consumer
+        assert consumer is not None  # opened by _open
         ends, starts = {}, {}
         for part in parts:
-            low, high = retrying(
-                lambda part=part: self.consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, part), timeout=10),
-                f"topic {self.topic}: reading its offsets")
+            def ends_of(part: int = part) -> tuple[int, int]:
+                return consumer.get_watermark_offsets(TopicPartition(self.topic, part), timeout=10)
+            low, high = retrying(ends_of, f"topic {self.topic}: reading its offsets")
             prog = self.progress.setdefault(part, Progress())
             if prog.next < low:  # removed by retention: nothing left to resolve there
                 prog.add(prog.next, low - 1)
@@ -234,6 +238,7 @@ class _Run(Actions):
 
     def _read_partition(self, part: int, start: int, end: int) -> None:
         c = self.consumer
+        assert c is not None  # opened by _open
         c.assign([TopicPartition(self.topic, part, start)])
         chunk: list[Polled] = []
         size = 0  # bytes of the chunk's keys and values
@@ -252,10 +257,12 @@ class _Run(Actions):
                             "the next run reads it again")
                     continue
                 heard = time.monotonic()
-                if msg.error():
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"topic {self.topic}/{part}: {msg.error()}")
-                    if msg.offset() >= end:
+                err = msg.error()
+                offset = cast(int, msg.offset())  # set on records and on a partition's EOF
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"topic {self.topic}/{part}: {err}")
+                    if offset >= end:
                         self._settle(part, chunk, lo, end - 1)
                         return
                     # An open transaction holds the rest back (read_committed): wait for it.
@@ -263,22 +270,22 @@ class _Run(Actions):
                     if time.monotonic() > deadline:
                         log.warning("%s/%d: records up to %d are held by an open transaction; "
                                     "left for the next run", self.topic, part, end)
-                        self._settle(part, chunk, lo, msg.offset() - 1)
+                        self._settle(part, chunk, lo, offset - 1)
                         return
                     continue
-                if msg.offset() >= end:
+                if offset >= end:
                     self._settle(part, chunk, lo, end - 1)
                     return
-                hdrs = msg.headers() or []
+                hdrs = cast(list, msg.headers() or [])  # (name, value) pairs, as consumed
                 key, value = msg.key(), msg.value()
-                chunk.append(Polled(msg.offset(), msg.timestamp()[1], key, value, hdrs, read_fields(hdrs)))
+                chunk.append(Polled(offset, msg.timestamp()[1], key, value, hdrs, read_fields(hdrs)))
                 size += len(key or b"") + len(value or b"")
-                if msg.offset() + 1 >= end:
-                    self._settle(part, chunk, lo, msg.offset())
+                if offset + 1 >= end:
+                    self._settle(part, chunk, lo, offset)
                     return
                 if len(chunk) >= self._chunk_size() or size >= CHUNK_BYTES:
-                    self._settle(part, chunk, lo, msg.offset())
-                    lo, chunk, size = msg.offset() + 1, [], 0
+                    self._settle(part, chunk, lo, offset)
+                    lo, chunk, size = offset + 1, [], 0
             self._settle(part, chunk, lo, chunk[-1].offset if chunk else lo - 1)
         finally:
             c.unassign()
@@ -368,16 +375,18 @@ class _Run(Actions):
             if topic in paced:
                 self.limiter.acquire()  # redrives are paced; dispositions are not
 
-        then = [(self.ledger_topic, None, f"partition-{part}".encode(), json.dumps(prog.to_json()).encode(), [])
+        then: list[tuple] = [(self.ledger_topic, None, f"partition-{part}".encode(), json.dumps(prog.to_json()).encode(), [])
                 for part, prog in progress.items()]
         if "pending" in pending:
             then.append((self.ledger_topic, None, b"pending",
                          json.dumps({"slice": pending["pending"]}).encode(), []))
         offsets = [TopicPartition(self.topic, part, prog.next) for part, prog in progress.items()]
+        writer, consumer = self.writer, self.consumer
+        assert writer is not None and consumer is not None  # no transaction in a dry run
         try:
-            self.writer.transaction(records, check_records=True, then=then, offsets=offsets or None,
-                                    group=self.consumer.consumer_group_metadata() if offsets else None,
-                                    before=pace)
+            writer.transaction(records, check_records=True, then=then, offsets=offsets or None,
+                               group=consumer.consumer_group_metadata() if offsets else None,
+                               before=pace)
         except RecordRefused as err:
             raise Failed(str(err)) from None
         self.progress.update(progress)

@@ -10,6 +10,7 @@ import linecache
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from antidote import NonRetryable, Retry
 from antidote_api.wire import PoisonReason
@@ -129,10 +130,11 @@ def _decides(message: Message, plan: Plan, cycle: int, calls: int,
         return out
     if is_non_retryable(err, plan.non_retryable):
         return _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
-    if issubclass(type(err), Retry) and err.problem is None:
+    retry = cast(Retry, err) if issubclass(type(err), Retry) else None
+    if retry is not None and retry.problem is None:
         if cycle < plan.cycles:
             out = _failed(Verdict.RETRY, calls, None, err)
-            out.chosen, out.retry_after = CHOSE_RETRY, err.after_ms
+            out.chosen, out.retry_after = CHOSE_RETRY, retry.after_ms
             return out
         out = _failed(Verdict.FINAL, calls, Reason.MAX_ATTEMPTS, err)
         out.error_message = no_cycle_left(err, plan.cycles)
@@ -224,7 +226,7 @@ def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: BaseExcept
     text = error_text(err)
     if message is not None and issubclass(type(err), Retry):
         try:
-            if err.problem is not None:
+            if cast(Retry, err).problem is not None:
                 text = bad_after(err, message)
         except Exception:  # noqa: BLE001 - a Retry subclass of the handler's
             pass

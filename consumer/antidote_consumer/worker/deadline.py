@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+from typing import Any
 import signal
 import threading
 import time
@@ -66,10 +67,10 @@ class Watchdog:
     def __init__(self, limit_s: float) -> None:
         self.limit = limit_s
         self.started = 0.0
-        self.msg = None
+        self.msg: Any = None  # the Message of the attempt under way
         self.fired = 0.0  # `started` of the attempt the timeout was raised in
         self.pid = os.getpid()
-        self.main = threading.main_thread().ident
+        self.main: int = threading.main_thread().ident or 0  # set once the interpreter runs
         self.soft = False
         self.install()
         threading.Thread(target=self._watch, name="antidote-attempt-watchdog", daemon=True).start()

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import namedtuple
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from antidote_consumer.kafka import headers as h
 
@@ -54,9 +53,40 @@ RESULT_COLUMNS = [
 ]
 RESULT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in RESULT_COLUMNS)
 RESULT_FIELDS = [name for name, _ in RESULT_COLUMNS]
-# A result row as the driver keeps it, whichever process ran it: pyspark's Row finds a field
-# by a linear search of its names, and the settle reads ~30 fields of every failed row.
-ResultRow = namedtuple("ResultRow", RESULT_FIELDS)
+
+
+class ResultRow(NamedTuple):
+    """A result row as the driver keeps it, whichever process ran it (a tuple: pyspark's Row
+    finds a field by a linear search of its names, and the settle reads ~30 fields of every
+    failed row). Typed as a failed message's row, the rows the driver settles; a summary,
+    end, chains or waiting row has None in the message's fields (RESULT_COLUMNS' order,
+    checked by a unit test)."""
+
+    kind: str
+    key: bytes | None
+    value: bytes | None
+    headers: list | None
+    otopic: str
+    opartition: int
+    ooffset: int
+    ots: int
+    topic: str
+    partition: int
+    offset: int
+    attempts: int
+    cycle: int
+    reason: str | None
+    error_class: str | None
+    error_message: str | None
+    stack: str | None
+    first_failure: int
+    last_failure: int
+    output: bytes | None
+    n_ok: int | None
+    n_attempts: int | None
+    chosen: str | None
+    retry_after: int | None
+    largest: int | None
 
 
 @dataclass(frozen=True)
@@ -287,7 +317,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
         sink.delivered(producer, sink_topic)
     chains = order.results() if order is not None else []
     n = 1 + len(ends) + len(chains) + len(waiting)
-    summary = {name: [None] * n for name in RESULT_FIELDS}
+    summary: dict[str, list[Any]] = {name: [None] * n for name in RESULT_FIELDS}
     # "chains" rows: a source partition's chains after this task (ordering Key), as JSON.
     summary.update(kind=["summary"] + ["end"] * len(ends) + ["chains"] * len(chains)
                    + ["waiting"] * len(waiting),

@@ -123,9 +123,9 @@ class HeldKeys:
 
     def on_held(self, partition: int, key: bytes | None, offset: int) -> Decision:
         """A held message read back from a retry topic."""
-        chain = self._chain(partition, key)
+        chain = self._chain(partition, key)  # None for a null key
         i = chain.index(offset) if chain is not None else None
-        if i is None:
+        if chain is None or i is None or key is None:
             # Not held (any more): nothing is ahead of it. Running it loses nothing.
             return RUN
         if i == 0 and chain.front is None:
