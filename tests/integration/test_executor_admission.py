@@ -188,8 +188,8 @@ def _forged(d: Driver) -> dict[str, tuple[dict[str, Any], str]]:
           lambda p, s, c: s.update(serviceAccountName="default"))
     forge("a token mounted", "(this pod: orders-executor, automountServiceAccountToken: true)",
           lambda p, s, c: s.update(automountServiceAccountToken=True))
-    forge("another Secret", "may only mount emptyDir and configMap volumes and the Secrets "
-          "kafka-creds,orders-spark-auth in its pods",
+    forge("another Secret", "may only mount emptyDir and configMap volumes, the Secrets "
+          "kafka-creds,orders-spark-auth and web-identity tokens",
           lambda p, s, c: s["volumes"].append({"name": "x", "secret": {"secretName": "other-consumer-creds"}}))
     forge("a Secret in env", "may only read the Secrets",
           lambda p, s, c: c["env"].append({"name": "X", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}))

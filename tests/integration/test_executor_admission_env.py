@@ -65,12 +65,19 @@ def _forged(d: Driver) -> dict[str, tuple[dict[str, Any], str]]:
           lambda s, c: c["env"].append({"name": "X", "valueFrom": {"secretKeyRef": {"name": "other", "key": "k"}}}))
     forge("another Secret in envFrom", "may only read the Secrets",
           lambda s, c: c["envFrom"].append({"secretRef": {"name": "other"}}))
-    forge("another Secret as a volume", "may only mount emptyDir and configMap volumes and the Secrets",
+    forge("another Secret as a volume", "may only mount emptyDir and configMap volumes, the Secrets",
           lambda s, c: s["volumes"].append({"name": "x", "secret": {"secretName": "other"}}))
     forge("another pull secret", "may only pull with the Secrets registry (spec.spark.imagePullSecrets)",
           lambda s, c: s["imagePullSecrets"].append({"name": "other-registry"}))
     forge("a token mounted", "automountServiceAccountToken: true",
           lambda s, c: s.update(automountServiceAccountToken=True))
+    forge("a projected API token", "web-identity tokens (audience sts.amazonaws.com)",
+          lambda s, c: s["volumes"].append({"name": "api", "projected": {"sources": [
+              {"serviceAccountToken": {"path": "token"}}]}}))
+    forge("a projected token beside a Secret", "web-identity tokens (audience sts.amazonaws.com)",
+          lambda s, c: s["volumes"].append({"name": "api", "projected": {"sources": [
+              {"serviceAccountToken": {"path": "token", "audience": "sts.amazonaws.com"}},
+              {"secret": {"name": "other"}}]}}))
     return out
 
 
@@ -93,6 +100,16 @@ def test_the_driver_token_creates_executors_with_the_consumers_env_and_placement
     run(env, "kubectl", "apply", "-f", "-", stdin=text)
     try:
         wait_for(lambda: _policy_in_force(driver), "the policy to refuse a forged pod", timeout=60)
+        # As EKS's pod identity webhook mutates an executor pod of an IRSA-annotated
+        # ServiceAccount: a web-identity token (not one the API server accepts) and its env.
+        pod["spec"]["volumes"].append({"name": "aws-iam-token", "projected": {"sources": [
+            {"serviceAccountToken": {"audience": "sts.amazonaws.com", "expirationSeconds": 86400,
+                                     "path": "token"}}]}})
+        c["volumeMounts"].append({"name": "aws-iam-token", "mountPath": "/var/run/secrets/eks.amazonaws.com/serviceaccount",
+                                  "readOnly": True})
+        c["env"] += [{"name": "AWS_ROLE_ARN", "value": "arn:aws:iam::123456789012:role/orders"},
+                     {"name": "AWS_WEB_IDENTITY_TOKEN_FILE",
+                      "value": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token"}]
         admitted = driver.create(pod)
         assert admitted.spec.priority_class_name == PRIORITY
         assert [s.name for s in admitted.spec.image_pull_secrets] == ["registry"]
