@@ -41,6 +41,8 @@ def test_env_from_a_secret_and_a_config_map_reaches_the_handler(
     k.create(consumer("envmissing", "plain", kafka_bootstrap, source, handler="tests.integration.handlers:with_env",
                       checkpoint={"location": str(tmp_path / "checkpoint-missing")},
                       env=[{"name": "APP_SECRET", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "password"}}}]))
+    # Kept as written (a CRD without these fields, an older one, would prune them).
+    assert k.qc("envq")["spec"]["envFrom"] and k.qc("envmissing")["spec"]["env"]
     env = {**stack.env(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
            "ANTIDOTE_TEST_CALLS_DIR": str(calls_dir)}
     args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"), "--dev-runner-master", "local[1]")
