@@ -70,7 +70,7 @@ class Sink(ApiModel):
     )
 
 
-_SA_ANNOTATIONS = ("Annotations of the {who}'s ServiceAccount, for cloud identity: IRSA's "
+_SA_ANNOTATIONS = ("Annotations of {whose} ServiceAccount, for cloud identity: IRSA's "
                    "`eks.amazonaws.com/role-arn`, GKE's `iam.gke.io/gcp-service-account`. Keys "
                    "under `antidote.dev/` are the operator's own and refused.")
 _OVERRIDES = (" Each placement field (nodeSelector, tolerations, affinity, priorityClassName) "
@@ -81,7 +81,7 @@ class SparkDriver(Placement):
     cores: int = Field(1, ge=1, le=64, description="CPU cores of the driver.")
     memory: Memory = Field("1g", description="Driver memory, Spark notation (`512m`, `2g`).")
     service_account_annotations: Annotations | None = Field(
-        None, description=_SA_ANNOTATIONS.format(who="driver") + _OVERRIDES.format(who="driver pod"))
+        None, description=_SA_ANNOTATIONS.format(whose="the driver's") + _OVERRIDES.format(who="driver pod"))
 
     rules = (annotations_rule("serviceAccountAnnotations"),)
 
@@ -91,7 +91,7 @@ class SparkExecutor(Placement):
     cores: int = Field(1, ge=1, le=64, description="CPU cores per executor.")
     memory: Memory = Field("1g", description="Memory per executor, Spark notation (`512m`, `2g`).")
     service_account_annotations: Annotations | None = Field(
-        None, description=_SA_ANNOTATIONS.format(who="executors") + " Executors mount no API "
+        None, description=_SA_ANNOTATIONS.format(whose="the executors'") + " Executors mount no API "
                           "token whatever the annotations." + _OVERRIDES.format(who="executor pods"))
 
     rules = (annotations_rule("serviceAccountAnnotations"),)
