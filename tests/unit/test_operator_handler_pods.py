@@ -154,7 +154,8 @@ def test_service_account_annotations_for_cloud_identity() -> None:
     assert driver_sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == "arn:aws:iam::1:role/drv"
     assert driver_sa["metadata"]["annotations"]["antidote.dev/executor-service-account"] == "orders-executor"
     assert executor_sa["metadata"]["annotations"] == {
-        "iam.gke.io/gcp-service-account": "x@p.iam.gserviceaccount.com"}
+        "iam.gke.io/gcp-service-account": "x@p.iam.gserviceaccount.com",
+        "antidote.dev/user-annotations": "iam.gke.io/gcp-service-account"}
     assert executor_sa["automountServiceAccountToken"] is False
     assert "annotations" not in [c for c in children_list(settings()) if c["kind"] == "ServiceAccount"][1]["metadata"]
 
@@ -167,3 +168,26 @@ def children_list(s: EffectiveSettings) -> list[dict]:
     from antidote_operator.builders.driver import build_children
     from .test_operator_builders import OWNER
     return build_children(OWNER, s, replicas=1, opts=RenderOptions())
+
+
+def test_a_service_account_annotation_taken_out_of_the_spec_is_taken_off_and_nothing_else() -> None:
+    from antidote_operator.kube import owned_part, stale_annotations
+
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/drv"}
+    before = driver_sa(settings(spark={"driver": {"serviceAccountAnnotations": role}}))
+    assert before["metadata"]["annotations"]["antidote.dev/user-annotations"] == "eks.amazonaws.com/role-arn"
+    # On the server: what the operator wrote, and an annotation of someone else's.
+    have = {"metadata": {"annotations": {**before["metadata"]["annotations"], "cloud.example/added": "x"}}}
+    assert stale_annotations(before, have) == {}
+    after = driver_sa(settings())
+    assert stale_annotations(after, have) == {"eks.amazonaws.com/role-arn": None,
+                                              "antidote.dev/user-annotations": None}
+    assert "antidote.dev/user-annotations" not in owned_part(after)["metadata"]["annotations"]
+    # A key kept, another removed: only that one goes; the list follows.
+    two = driver_sa(settings(spark={"driver": {"serviceAccountAnnotations": {**role, "team": "pay"}}}))
+    one = driver_sa(settings(spark={"driver": {"serviceAccountAnnotations": {"team": "pay"}}}))
+    assert stale_annotations(one, {"metadata": {"annotations": two["metadata"]["annotations"]}}) == {
+        "eks.amazonaws.com/role-arn": None}
+    from antidote_operator.builders.common import USER_ANNOTATIONS_ANNOTATION
+    from antidote_operator.kube import USER_ANNOTATIONS
+    assert USER_ANNOTATIONS == USER_ANNOTATIONS_ANNOTATION  # one name, spelled in two modules

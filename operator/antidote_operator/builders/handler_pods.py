@@ -11,7 +11,7 @@ from typing import Any, Literal
 from antidote_api.placement import Placement, effective
 from antidote_api.semantics import EffectiveSettings
 
-from .common import EXECUTOR_PULL_SECRETS_ANNOTATION
+from .common import EXECUTOR_PULL_SECRETS_ANNOTATION, USER_ANNOTATIONS_ANNOTATION
 
 # The pods' name of a user's Secret or ConfigMap volume: prefixed, as claims are ("claim-"),
 # so it never meets one of the operator's ("settings", "tmp", "spark-auth", "secret-<i>").
@@ -96,8 +96,13 @@ def add_placement(pod_spec: dict[str, Any], settings: EffectiveSettings, side: S
 
 
 def service_account_annotations(settings: EffectiveSettings, side: Side) -> dict[str, str]:
+    """The side's spec.spark.<side>.serviceAccountAnnotations, and which keys they are
+    (USER_ANNOTATIONS_ANNOTATION) when there are any."""
     own = settings.spark.driver if side == "driver" else settings.spark.executor
-    return dict(own.service_account_annotations or {})
+    out = dict(own.service_account_annotations or {})
+    if out:
+        out[USER_ANNOTATIONS_ANNOTATION] = ",".join(sorted(out))
+    return out
 
 
 def executor_annotations(settings: EffectiveSettings) -> dict[str, str]:
