@@ -1,5 +1,5 @@
 # The two set-up commands of the README start here; both run hack/install.sh first.
-.PHONY: install demo dev-up dev-down test test-node test-images test-all unit chaos
+.PHONY: install demo dev-up dev-down test test-node test-images test-all unit chaos images
 
 install:
 	@bash hack/install.sh
@@ -40,6 +40,15 @@ test-node: install
 	.venv/bin/python -m pytest -m node
 
 test-images: test-node
+
+# The operator and consumer images built from docker/*.Dockerfile with docker (its daemon
+# up), podman or buildah, whichever is here, and pushed as $(REGISTRY)/antidote-operator:$(TAG)
+# and $(REGISTRY)/antidote-consumer:$(TAG) (docs/images.md). TAG defaults to the version;
+# IMAGES_FLAGS passes more (--tool, --local-bases, --tls-verify false, --no-push).
+images:
+	@[ -n "$(REGISTRY)" ] || { echo "make images: give REGISTRY=host[:port][/path] (and TAG=...)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory install
+	.venv/bin/antidote dev images --registry "$(REGISTRY)" $(if $(TAG),--tag "$(TAG)") $(IMAGES_FLAGS)
 
 test-all: test test-node
 

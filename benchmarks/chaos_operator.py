@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos import log
+from benchmarks.chaos_kit import log
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from tests.integration.operator_util import (Cluster, Operator, consumer, install_crds, policy,

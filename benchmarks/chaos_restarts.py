@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.chaos import (CYCLES, PARTITIONS, Audit, audit, log, manifests, start, write_source,
-                              written)
+from benchmarks.chaos_kit import (CYCLES, PARTITIONS, Audit, audit, log, manifests, start, write_source,
+                                  written)
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes.client.rest import ApiException

@@ -25,8 +25,10 @@ helm upgrade --install antidote charts/antidote -n antidote --create-namespace -
 # The examples' policies apply as they are; their consumers name a Kafka and handlers you
 # provide (docs/kind.md), so they are applied paused.
 kubectl --context "kind-$cluster" apply -f examples/poisonpolicy-minimal.yaml -f examples/poisonpolicy-full.yaml
+# POSIX awk, not GNU sed's `\n` in a replacement (BSD sed on macOS writes an `n`): each
+# `spec:` gets `paused: true` as its first field, and a `paused:` already there is left out.
 for f in examples/queueconsumer-*.yaml; do
-  sed 's/^spec:$/spec:\n  paused: true/' "$f" | awk '!(/^  paused:/ && seen++)' \
+  awk '/^  paused:/ { next } { print } /^spec:$/ { print "  paused: true" }' "$f" \
     | kubectl --context "kind-$cluster" apply -f -
 done
 kubectl --context "kind-$cluster" get poisonpolicies,queueconsumers

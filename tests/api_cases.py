@@ -242,7 +242,8 @@ BAD_SPECS = (
 
 
 def example_files() -> list[Path]:
-    return sorted(EXAMPLES.glob("*.yaml"))
+    """Every manifest under examples/, the handler project template's (deploy/) included."""
+    return sorted(EXAMPLES.rglob("*.yaml"))
 
 
 def example_documents() -> list[tuple[Path, dict[str, Any]]]:

@@ -52,6 +52,21 @@ class ReadyReason(StrEnum):
     CHILD_CONFLICT = "ChildConflict"
 
 
+class DriverReason(StrEnum):
+    """Ready=False: the driver's pod exists but does not run, as its status says (the
+    kubelet's and the scheduler's reasons, under their own names). The kubelet alternates
+    ErrImagePull and ImagePullBackOff (and reports InvalidImageName for a malformed name):
+    all three are ImagePullBackOff here, so Ready (and the alert's `for:`) does not flap
+    between them."""
+
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    # Restarted and not ready again (waiting in back-off, or started again and not yet up).
+    CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+    # A Secret or ConfigMap (key) the container's env refers to does not exist.
+    CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
+    UNSCHEDULABLE = "Unschedulable"  # Pending, PodScheduled=False (reason Unschedulable)
+
+
 class PausedReason(StrEnum):
     USER_REQUESTED = "UserRequested"
     QUEUE_DISABLED = "QueueDisabled"
@@ -79,6 +94,13 @@ class PoisonConditionReason(StrEnum):
     VALIDATION = "Validation"
     BATCH_ISOLATION = "BatchIsolation"
     HELD_OVERFLOW = "HeldOverflow"
+
+
+# Every reason a QueueConsumer's Ready condition can have: the closed set of the `reason`
+# label of antidote_operator_consumer_ready (anything else is exported as "Unknown").
+CONSUMER_READY_REASONS = frozenset(
+    [r.value for r in ConfigReason] + [r.value for r in DisableReason] + [r.value for r in DriverReason]
+    + [r.value for r in ReadyReason if r is not ReadyReason.VALID])
 
 
 class Condition(ApiModel):

@@ -1,5 +1,5 @@
 """Names of the `antidote.*` headers on retried and quarantined records: the consumer writes
-them, the reader and the on-call commands read them (docs/topics.md lists their meaning)."""
+them, the reader and the on-call commands read them (docs/consumer.md, "Outcomes", lists their meaning)."""
 
 from __future__ import annotations
 

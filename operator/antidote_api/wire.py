@@ -36,8 +36,26 @@ DISABLE_EXIT = {DisableReason.CONSECUTIVE_BATCH_FAILURES: ExitCode.CONSECUTIVE_B
 EXIT_REASONS = {int(code): reason.value for reason, code in DISABLE_EXIT.items()}
 DISABLE_REASONS = frozenset(r.value for r in DisableReason)
 
+
+
+def cli_prefix(command: str) -> str:
+    """How every error line of `antidote <command>` starts (docs/cli.md): one place, so the
+    CLI's lines and what the operator parses out of the consumer's cannot drift apart."""
+    return f"antidote {command}: " if command else "antidote: "
+
+
+class CliExit(IntEnum):
+    """The CLI's own exit codes (docs/cli.md). `antidote consumer` and `antidote reader` keep
+    theirs (ExitCode), whose 2 (BAD_SETTINGS) is a usage error of their input as well."""
+
+    OK = 0
+    ERROR = 1  # a runtime error (not found, refused, unreachable), said in one line
+    USAGE = 2  # a bad flag or argument, as argparse's own
+    INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+
+
 # How `antidote consumer` starts its one-line refusals (the termination message on exit 2).
-CONSUMER_PREFIX = "antidote consumer: "
+CONSUMER_PREFIX = cli_prefix("consumer")
 
 
 class PoisonReason(StrEnum):
@@ -90,6 +108,16 @@ class Metric(StrEnum):
     def registered(self) -> str:
         """The name given to prometheus_client (a Counter's without `_total`)."""
         return self.value.removesuffix("_total")
+
+
+class OperatorMetric(StrEnum):
+    """The operator's own series that the alert rules (charts/antidote/files/alerts.yaml) and
+    the tests read by name."""
+
+    # 1 while Ready is True, else 0; one series per QueueConsumer, its `reason` label Ready's
+    # reason (conditions.CONSUMER_READY_REASONS): AntidoteConsumerNotRunning reads it.
+    CONSUMER_READY = "antidote_operator_consumer_ready"
+    QUEUE_DISABLED = "antidote_operator_queue_disabled"
 
 
 METRIC_PREFIX = "antidote_"

@@ -7,7 +7,8 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
+
+from antidote_api.wire import CONSUMER_PREFIX
 
 
 # After disabling its queue the driver keeps its /metrics up this long (ended early by SIGTERM,
@@ -18,10 +19,9 @@ METRICS_LINGER_S = 30.0
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("consumer", help="run a consumer (the Spark driver)")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--settings", type=Path, help="effective settings (the operator's ConfigMap)")
-    src.add_argument("--consumer", type=Path, help="a QueueConsumer manifest (with --policy)")
-    p.add_argument("--policy", type=Path, help="the PoisonPolicy manifest it refers to")
+    from .reader import add_settings_args
+
+    add_settings_args(p)  # --settings FILE | -f MANIFEST [--policy FILE], as the reader's
     p.add_argument("--until-idle", action="store_true",
                    help="exit 0 once the source and retry topics are drained and no retry is pending")
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
@@ -46,19 +46,16 @@ def _settings(args: argparse.Namespace):
         if args.settings:
             settings = load_settings(args.settings)
         else:
-            if not args.policy:
-                print("antidote consumer: --consumer needs --policy", file=sys.stderr)
-                return 2
             settings = from_manifests(args.consumer, args.policy)
     except SettingsError as err:
-        print(f"antidote consumer: {err}", file=sys.stderr)
+        print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
         return 2
     if args.resume:
         import time
 
         settings = settings.model_copy(update={"resume_token": f"cli-{time.time_ns()}"})
     if settings.paused:
-        print(f"antidote consumer: {settings.consumer} is paused (spec.paused); nothing to do",
+        print(f"{CONSUMER_PREFIX}{settings.consumer} is paused (spec.paused); nothing to do",
               file=sys.stderr)
         return 0
 
@@ -68,7 +65,7 @@ def _settings(args: argparse.Namespace):
     # rollbacks, then a disabled queue) instead of saying so once.
     problem = check_handler(settings.handler)
     if problem is not None:
-        print(f"antidote consumer: spec.{problem}", file=sys.stderr)
+        print(f"{CONSUMER_PREFIX}spec.{problem}", file=sys.stderr)
         return 2
     return settings
 
@@ -105,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
         conf = verified_source_config(settings)
         reachable(conf, settings.source.bootstrap_servers)
     except KafkaAuthError as err:
-        print(f"antidote consumer: {err}", file=sys.stderr)
+        print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
         return 2
     except KafkaUnreachable as err:  # exit 1: restarted with back-off until the brokers answer
-        print(f"antidote consumer: {err}", file=sys.stderr)
+        print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
         return 1
     metrics = Metrics(settings.namespace, settings.consumer)
     spark = spark_session(settings, args.master)
@@ -121,13 +118,13 @@ def run(args: argparse.Namespace) -> int:
             consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval,
                                 client_conf=conf)
         except KafkaAuthError as err:  # exit 2: restarted with back-off, a fixed Secret is read
-            print(f"antidote consumer: {err}", file=sys.stderr)
+            print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
             return 2
         except TopicMisfit as err:  # a derived topic that cannot hold the policy: like bad settings
-            print(f"antidote consumer: {err}", file=sys.stderr)
+            print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
             return 2
         except KafkaUnreachable as err:  # exit 1: restarted with back-off until the brokers answer
-            print(f"antidote consumer: {err}", file=sys.stderr)
+            print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
             return 1
         install_signal_handlers(consumer)
         if stop_early.is_set():
@@ -136,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             code = consumer.run(until_idle=args.until_idle, recovered=serve)
         except TopicMisfit as err:  # a topic recreated under the ledger: like bad settings
-            print(f"antidote consumer: {err}", file=sys.stderr)
+            print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
             return 2
     finally:
         spark.stop()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from antidote_api import crdgen, generated
 
+from .errors import fail
+
 
 def _repo_root() -> Path:
     # operator/antidote_cli/crds.py -> the checkout, when run from a source install.
@@ -17,7 +19,7 @@ def _repo_root() -> Path:
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("crds", help="print the CustomResourceDefinitions (YAML)")
     p.add_argument("--write", action="store_true",
-                   help="write crds/, charts/antidote/crds/ and docs/api.md instead of printing")
+                   help="write crds/, charts/antidote/files/crds/ and docs/api.md instead of printing")
     p.add_argument("--root", type=Path, default=None,
                    help="repository root to write into (default: this checkout)")
     p.set_defaults(run=run)
@@ -29,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     root = args.root or _repo_root()
     if not (root / "pyproject.toml").is_file():
-        print(f"antidote crds: {root} is not an antidote checkout; pass --root", file=sys.stderr)
-        return 1
+        return fail("crds", f"{root} is not an antidote checkout; pass --root")
     for rel, text in generated.files().items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

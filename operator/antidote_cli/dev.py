@@ -1,4 +1,5 @@
-"""`antidote dev up|down|env|status|build`: the embedded local stack."""
+"""`antidote dev up|down|env|status|build|images|load-images`: the embedded local stack and
+the project's images."""
 
 from __future__ import annotations
 
@@ -49,6 +50,23 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="also build the project's images (docker/*.Dockerfile) with buildah on "
                         "local bases; needs root and --node (docs/images.md)")
     b.set_defaults(run=_build)
+    im = add("images", "build the operator and consumer images (docker/*.Dockerfile) with docker, "
+             "podman or buildah and push them to REGISTRY as antidote-operator:TAG and "
+             "antidote-consumer:TAG (`make images`, docs/images.md)")
+    im.add_argument("--registry", required=True, help="host[:port][/path] to push to, e.g. ghcr.io/you")
+    im.add_argument("--tag", default=None, help="image tag (default: pyproject.toml's version)")
+    im.add_argument("--tool", choices=["docker", "podman", "buildah"], default=None,
+                    help="the builder (default: docker if its daemon answers, else podman, else buildah)")
+    im.add_argument("--local-bases", action="store_true",
+                    help="buildah on the node builder's local stand-ins for the Docker Hub bases "
+                         "(for machines without Docker Hub; needs root)")
+    im.add_argument("--tls-verify", choices=["true", "false"], default="true",
+                    help="false: push to a plain-HTTP registry (podman, buildah)")
+    im.add_argument("--no-push", dest="push", action="store_false", help="build only")
+    im.set_defaults(run=_images)
+    add("load-images", "build (or find cached) the operator and consumer images and load them into "
+        "the running node, under the names hack/local-images.values.yaml gives the chart; needs "
+        "root and `dev up --node` (docs/node.md)").set_defaults(run=_load_images)
 
 
 def _dir(args: argparse.Namespace) -> Path | None:
@@ -121,4 +139,44 @@ def _build(args: argparse.Namespace) -> int:
                         project=args.images)
     except StackError as err:
         return _fail(err)
+    return 0
+
+
+def _load_images(args: argparse.Namespace) -> int:
+    from antidote_devstack import project_images, stack
+
+    s = stack.running(_dir(args))
+    if s is None or not s.node:
+        print("antidote dev load-images: no running stack with a node; start one with "
+              "`antidote dev up --node` (as root)", file=sys.stderr)
+        return 1
+    try:
+        loaded = project_images.load_into_node(Path(s.dir))
+    except StackError as err:
+        return _fail(err)
+    for name in loaded.values():
+        print(f"loaded {name}")
+    print("# install the chart with them: helm install antidote charts/antidote "
+          "-n antidote-system --create-namespace -f hack/local-images.values.yaml")
+    return 0
+
+
+def _images(args: argparse.Namespace) -> int:
+    from antidote_devstack import project_images, publish
+
+    try:
+        refs = publish.build_and_push(args.registry, args.tag or project_images._version(),
+                                      tool=args.tool, local_bases=args.local_bases,
+                                      tls_verify=args.tls_verify == "true", push=args.push)
+    except StackError as err:
+        return _fail(err)
+    for ref in refs.values():
+        print(("pushed " if args.push else "built ") + ref)
+    # The chart's image.registry defaults to the project's: emptied, the repositories are
+    # the whole names pushed here.
+    print(f"# point the chart at them: --set image.registry= "
+          f"--set image.repository={refs['operator'].rsplit(':', 1)[0]} "
+          f"--set image.tag={refs['operator'].rsplit(':', 1)[1]} "
+          f"--set consumer.image.repository={refs['consumer'].rsplit(':', 1)[0]} "
+          f"--set consumer.image.tag={refs['consumer'].rsplit(':', 1)[1]}")
     return 0

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from antidote_api.wire import CliExit
+
 from . import consumer, crds, demo, dev, operator, rebase, skip
+from .errors import CliError, Parser, fail
 from .oncall import commands as oncall
 from . import reader as reader_cli
 
@@ -21,7 +24,8 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # Parser: one-line usage errors with the command's prefix, exit 2 (docs/cli.md).
+    parser = Parser(
         prog="antidote",
         description="Poison-message handling for Kafka consumers on Spark and Kubernetes.")
     parser.add_argument("--version", action="version", version=f"antidote {version()}")
@@ -47,13 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args) or 0
+    except CliError as err:  # every command's one error line, with its prefix
+        return fail(args.command, str(err), err.code)
+    except KeyboardInterrupt:
+        return CliExit.INTERRUPTED
     except ModuleNotFoundError as err:
         package = (err.name or "").partition(".")[0]
         if package not in CONSUMER_EXTRA:
             raise
-        print(f"antidote {args.command}: needs {package}, from the 'consumer' extra: "
-              "pip install 'antidote[consumer]' (the consumer image has it)", file=sys.stderr)
-        return 1
+        return fail(args.command, f"needs {package}, from the 'consumer' extra: "
+                                  "pip install 'antidote[consumer]' (the consumer image has it)")
 
 
 if __name__ == "__main__":

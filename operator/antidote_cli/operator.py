@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from antidote_api.wire import cli_prefix
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("operator", help="run the operator (reconciles QueueConsumers)")
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         # Kopf then keeps a KopfPeering in each namespace the patterns match, while the
         # operator's own loops (the metrics watcher, the drivers' watches) read the peering
         # by the names given: they would never act. Refused rather than silently idle.
-        print(f"antidote operator: --peering with --namespace patterns ({', '.join(patterns)}) is not "
+        print(f"{cli_prefix('operator')}--peering with --namespace patterns ({', '.join(patterns)}) is not "
               "supported: name the namespaces (--namespace NS, repeated), or use --all-namespaces "
               "with a ClusterKopfPeering", file=sys.stderr)
         return 2

@@ -9,23 +9,36 @@ import sys
 import threading
 from pathlib import Path
 
-from antidote_api.wire import ExitCode
+from antidote_api.wire import CliExit, ExitCode
+
+from .errors import CliError, say_error
+from .output import add_output_arg, render
 
 EXIT_OK, EXIT_BAD_SETTINGS, EXIT_FAULT = ExitCode.OK, ExitCode.BAD_SETTINGS, ExitCode.FAULT
 REPORT_LIMIT = 4096  # /dev/termination-log keeps 4 KiB
+# librdkafka logs every failed connection attempt itself (~600 lines in the 30 s a dead
+# broker took to give up): off unless -v (then its default level, 6); the failure itself is
+# said in one line.
+QUIET_CLIENT, VERBOSE_CLIENT = {"log_level": "0"}, {"log_level": "6"}
 
 
 def add_settings_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--settings", type=Path, help="effective settings (the operator's ConfigMap)")
-    src.add_argument("--consumer", type=Path, help="a QueueConsumer manifest (with --policy)")
-    p.add_argument("--policy", type=Path, help="the PoisonPolicy manifest it refers to")
+    src.add_argument("--settings", type=Path, metavar="FILE",
+                     help="effective settings (the operator's ConfigMap)")
+    # `-f` as kubectl's: a manifest file. `--consumer` is the old spelling (an alias).
+    src.add_argument("-f", "--consumer-file", "--consumer", dest="consumer", type=Path, metavar="FILE",
+                     help="a QueueConsumer manifest; its PoisonPolicy in the same file (a second "
+                          "YAML document) or with --policy")
+    p.add_argument("--policy", type=Path, metavar="FILE", help="the PoisonPolicy manifest it refers to")
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-file", type=Path, default=None,
                    help="also write the JSON report here (a Job passes /dev/termination-log)")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    add_output_arg(p)
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also print the Kafka client's (librdkafka's) own log lines")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -46,12 +59,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def load(args: argparse.Namespace):
     """The effective settings named on the command line; SettingsError when they are bad."""
-    from antidote_consumer.settings import SettingsError, from_manifests, load_settings
+    from antidote_consumer.settings import from_manifests, load_settings
 
     if args.settings:
         return load_settings(args.settings)
-    if not args.policy:
-        raise SettingsError("--consumer needs --policy")
     return from_manifests(args.consumer, args.policy)
 
 
@@ -63,32 +74,56 @@ def options(args: argparse.Namespace):
 
 def finish(report, args: argparse.Namespace) -> int:
     """Write and print the report; the exit code it stands for."""
+    import json
+
     text = report.dumps()
     if args.report_file is not None:
         try:
             args.report_file.write_text(text[:REPORT_LIMIT])
         except OSError as err:
-            print(f"antidote {args.prog_name}: cannot write the report to {args.report_file}: "
-                  f"{err.strerror}", file=sys.stderr)
-    print(text if args.output == "json" else report.summary())
+            say_error(args.prog_name, f"cannot write the report to {args.report_file}: {err.strerror}")
+    if args.output == "table":
+        print(report.summary())
+    else:
+        print(text if args.output == "json" else render(json.loads(text), args.output))
     return EXIT_FAULT if report.faultAt else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
+    from antidote_consumer.settings import SettingsError
+
+    try:
+        settings = load(args)
+    except SettingsError as err:
+        raise CliError(str(err), EXIT_BAD_SETTINGS) from None
+    return run_with(args, settings)
+
+
+def run_with(args: argparse.Namespace, settings, client_conf: dict[str, str] | None = None) -> int:
+    """The reader over `settings`, here; `client_conf`: librdkafka properties given on the
+    command line. Every failure a user can cause is one line (CliError), never a traceback."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from antidote_consumer.reader.run import run_reader
-    from antidote_consumer.reader.rules import ReaderError
-    from antidote_consumer.settings import SettingsError
+    from confluent_kafka import KafkaException
 
-    name = args.prog_name
+    from antidote_consumer.kafka import auth as kafka_auth
+    from antidote_consumer.kafka.topics import KafkaUnreachable, reachable
+    from antidote_consumer.reader.rules import ReaderError
+    from antidote_consumer.reader.run import run_reader
+
+    conf = {**(VERBOSE_CLIENT if getattr(args, "verbose", False) else QUIET_CLIENT), **(client_conf or {})}
+    bootstrap = settings.source.bootstrap_servers
     try:
-        settings = load(args)
-    except SettingsError as err:
-        print(f"antidote {name}: {err}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
+        opts = options(args)  # a bad flag before any broker is asked
+        # One connection first: a broker that does not answer is one line naming it, not the
+        # client's retries and a traceback from the first metadata request.
+        reachable({**kafka_auth.source_config(settings, verify=True), **conf}, bootstrap, timeout=15)
+    except (ReaderError, kafka_auth.KafkaAuthError) as err:
+        raise CliError(str(err), EXIT_BAD_SETTINGS) from None
+    except KafkaUnreachable as err:
+        raise CliError(f"{err}; nothing was changed") from None
     stop = threading.Event()
 
     def on_signal(*_):  # finish the current chunk, commit it, and stop
@@ -96,14 +131,14 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    from antidote_consumer.kafka.auth import KafkaAuthError
-
     try:
-        report = run_reader(settings, options(args), stop=stop)
-    except (ReaderError, KafkaAuthError) as err:
-        print(f"antidote {name}: {err}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
+        report = run_reader(settings, opts, stop=stop, client_conf=conf)
+    except (ReaderError, kafka_auth.KafkaAuthError) as err:
+        raise CliError(str(err), EXIT_BAD_SETTINGS) from None
+    except KafkaException as err:  # the broker went away mid-run: committed chunks stay done
+        kerr = err.args[0] if err.args else None
+        raise CliError(f"Kafka at {bootstrap}: {kerr.str() if hasattr(kerr, 'str') else err}; what "
+                       "was committed before stays done, the rest is read again next time") from None
     except TimeoutError as err:  # a broker that stopped answering (reader.run READ_WAIT)
-        print(f"antidote {name}: {err}", file=sys.stderr)
-        return 1
+        raise CliError(str(err), CliExit.ERROR) from None
     return finish(report, args)

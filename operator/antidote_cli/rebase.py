@@ -4,11 +4,11 @@ recreated, read the new topic from its beginning (the consumer refuses to start 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from .oncall.cluster import CliError, Cluster, settings_file
-from .oncall.commands import _common, _guard
+from .oncall.cluster import CliError, Cluster, local_settings
+from .oncall.commands import _common
+from .output import emit
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -25,14 +25,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--settings", type=Path, help="a local consumer's effective settings file, "
                                                   "instead of the cluster's ConfigMap")
     p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
-    p.set_defaults(run=_guard(cmd_rebase))
+    p.set_defaults(run=cmd_rebase)
 
 
 def cmd_rebase(args: argparse.Namespace) -> int:
     from antidote_consumer.driver.rebase import RebaseError, rebase
 
     if args.settings is not None:
-        settings = settings_file(args.settings)
+        settings = local_settings(args, args.consumer)
     else:
         settings = Cluster(args).settings(args.consumer)
     done = []
@@ -41,9 +41,8 @@ def cmd_rebase(args: argparse.Namespace) -> int:
             done.append(rebase(settings, topic, dry_run=args.dry_run))
         except RebaseError as err:
             raise CliError(str(err)) from None
-    if args.output == "json":
-        print(json.dumps([{"topic": d.topic, "starts": d.starts, "source": d.source,
-                           "dryRun": d.dry_run} for d in done]))
+    if emit(args, [{"topic": d.topic, "starts": d.starts, "source": d.source,
+                    "dryRun": d.dry_run} for d in done]):
         return 0
     verb = "would read" if args.dry_run else "reads"
     for d in done:

@@ -4,11 +4,11 @@ topic, so that `antidote resume` goes on past it."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from .oncall.cluster import CliError, Cluster, settings_file
-from .oncall.commands import _common, _guard
+from .oncall.cluster import CliError, Cluster, local_settings
+from .oncall.commands import _common
+from .output import emit
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -22,14 +22,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--settings", type=Path, help="a local consumer's effective settings file, "
                                                   "instead of the cluster's ConfigMap")
     p.add_argument("--dry-run", action="store_true", help="say what would be moved; change nothing")
-    p.set_defaults(run=_guard(cmd_skip))
+    p.set_defaults(run=cmd_skip)
 
 
 def cmd_skip(args: argparse.Namespace) -> int:
     from antidote_consumer.reader.skip import SkipError, skip_fault
 
     if args.settings is not None:
-        settings = settings_file(args.settings)
+        settings = local_settings(args, args.consumer)
     else:
         k = Cluster(args)
         qc = k.consumer(args.consumer)
@@ -43,8 +43,7 @@ def cmd_skip(args: argparse.Namespace) -> int:
         done = skip_fault(settings, dry_run=args.dry_run)
     except SkipError as err:
         raise CliError(str(err)) from None
-    if args.output == "json":
-        print(json.dumps(done.__dict__))
+    if emit(args, dict(done.__dict__)):
         return 0
     verb = "would move" if done.dry_run else "moved"
     print(f"{verb} {done.topic}/{done.partition}/{done.offset} (original {done.origin}; "

@@ -51,15 +51,13 @@ class NodePlatform:
 
     # --- the operator --------------------------------------------------------------------
     def install(self) -> None:
-        from antidote_devstack import node, project_images
+        from antidote_devstack import project_images
 
         d, say = self.demo, self.demo.narrator
         say.step("Loading the operator and consumer images into the node (built with buildah "
                  "on the first run, cached after)")
-        operator, operator_archive = project_images.operator_image()
-        self.consumer_image, consumer_archive = project_images.consumer_image()
-        node.load_image(Path(d.st.dir), operator, operator_archive)
-        node.load_image(Path(d.st.dir), self.consumer_image, consumer_archive)
+        loaded = project_images.load_into_node(Path(d.st.dir))  # as `antidote dev load-images`
+        operator, self.consumer_image = loaded["operator"], loaded["consumer"]
         say.ok(f"{operator}, {self.consumer_image}")
         release = self._release()
         if release:

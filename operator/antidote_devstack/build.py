@@ -79,6 +79,8 @@ GO_BINARIES = {
         GoBinary("etcd", "etcd", "antidote.dev/hack/etcd"),
         GoBinary("helm", "helm", "helm.sh/helm/v3/cmd/helm",
                  ("-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")),
+        # A local OCI registry for the image tests only (`make images` pushes to it): built on demand.
+        GoBinary("registry", "registry", "github.com/distribution/distribution/v3/cmd/registry"),
     )
 }
 

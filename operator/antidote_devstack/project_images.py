@@ -255,3 +255,20 @@ def build_all() -> dict[str, Path]:
         raise StackError("build images", "buildah needs root here (docs/images.md)")
     consumer_image(archive=False)
     return {"operator-image": operator_image()[1]}
+
+
+def load_into_node(state_dir: Path) -> dict[str, str]:
+    """Both images built (or found cached) with their archives, and loaded into the running
+    node of the stack in `state_dir` (containerd's `k8s.io` namespace), under the names
+    `hack/local-images.values.yaml` gives the chart: {"operator": name, "consumer": name}.
+    What `antidote dev load-images` and the demo run, so that `helm install ... -f
+    hack/local-images.values.yaml` finds them (docs/node.md)."""
+    from . import node
+
+    if os.geteuid() != 0:
+        raise StackError("load images", "buildah and the node's containerd need root here (docs/node.md)")
+    loaded = {}
+    for role, (name, archive) in (("operator", operator_image()), ("consumer", consumer_image())):
+        node.load_image(state_dir, name, archive)
+        loaded[role] = name
+    return loaded

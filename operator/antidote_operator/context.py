@@ -19,6 +19,7 @@ from .metrics import OperatorMetrics
 from .handled_specs import HandledSpecs
 from .listed_children import ListedChildren
 from .peering import PeeringGate, own_identity
+from .pod_problems import PodProblems
 from .single_flight import SingleFlight
 from .builders.reader_job import JobOptions
 from .state import JobIndex, Registry
@@ -75,6 +76,7 @@ class Context:
         self.syncer = Syncer(self, sync)
         self.devrunner: DevRunner | None = None
         self.reader_index = JobIndex()  # reader Jobs per consumer, from the watch stream
+        self.pod_problems = PodProblems()  # why driver pods do not run, from the Pod watch
         self.listed_children = ListedChildren(kube_client)  # a restart's reads (once)
         self.flight = SingleFlight()  # reads that concurrent reconciles share
         self.handled_specs = HandledSpecs()  # Kopf's record of what it handled (in memory)

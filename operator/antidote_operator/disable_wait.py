@@ -25,14 +25,13 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from antidote_api.wire import DISABLE_WAIT_HEADER, DISABLE_WAIT_PARAM
 
 if TYPE_CHECKING:
     from .state import ConsumerState
-    from .watcher import Watcher
 
 log = logging.getLogger("antidote.operator.watcher")
 
@@ -202,8 +201,21 @@ class Held:
             self.ask.abort()
 
 
+class Scraper(Protocol):
+    """What a waiting scrape needs of the watcher that holds it (watcher.Watcher): where a
+    consumer's page is, the one path every page goes through, and the operator's options
+    and metrics. Declared here so this module does not import the watcher, which imports it."""
+
+    ctx: Any
+    opts: Any
+
+    def url(self, st: ConsumerState) -> str: ...
+
+    def consider(self, st: ConsumerState, page: bytes) -> None: ...
+
+
 class DisableWaits:
-    def __init__(self, watcher: Watcher):
+    def __init__(self, watcher: Scraper):
         self.watcher = watcher
         self.interval = watcher.opts.scrape_interval
         self.held: dict[Key, Held] = {}

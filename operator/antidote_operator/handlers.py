@@ -70,7 +70,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         ctx.metrics.serve(ctx.options.metrics_port)
         log.info("operator metrics on :%d/metrics", ctx.options.metrics_port)
     memo.watcher = asyncio.create_task(Watcher(ctx).run(), name="metrics watcher")
-    memo.watches = [asyncio.create_task(w.run(), name=f"watch {w.where}") for w in driver_watches(ctx)]
+    watches = driver_watches(ctx)
+    ctx.pod_problems.watches = [w for w in watches if w.kind is kube.POD]
+    memo.watches = [asyncio.create_task(w.run(), name=f"watch {w.where}") for w in watches]
     if ctx.devrunner is not None and ctx.devrunner.targets is not None and ctx.options.metrics_port:
         ctx.devrunner.targets.operator(ctx.options.metrics_port)
     if ctx.devrunner is not None:
@@ -120,6 +122,7 @@ async def consumer_event(event: kopf.RawEvent, namespace: str, name: str, spec: 
         ctx.note_user(namespace, name, None)
         ctx.registry.forget(namespace, name)
         ctx.reader_index.forget(namespace, name)
+        ctx.pod_problems.forget(namespace, name)
         return
     ctx.note_user(namespace, name, (spec.get("policyRef") or {}).get("name", ""))
     st = ctx.registry.peek(namespace, name)
@@ -227,8 +230,8 @@ def driver_watches(ctx: Context) -> list[ObjectWatch]:
     def pod_event(body: Mapping[str, Any], deleted: bool) -> None:
         # On a real cluster the kubelet reports the driver's exit code here (3, 4, 5: the
         # consumer disabled its queue); the operator scales to 0 before a restart resumes it.
-        if not deleted:
-            on_pod(ctx, body)
+        # Its status also says why a driver does not run (pod_problems: ImagePullBackOff...).
+        on_pod(ctx, body, deleted)
 
     def deployment_event(body: Mapping[str, Any], deleted: bool) -> None:
         on_deployment(ctx, body, deleted)

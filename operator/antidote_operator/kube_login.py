@@ -65,7 +65,14 @@ def current_entries(paths: list[Path]) -> dict[str, tuple[str, dict[str, Any], P
     current: str | None = None
     found: dict[str, dict[str, tuple[dict[str, Any], Path]]] = {"contexts": {}, "clusters": {}, "users": {}}
     for path in paths:
-        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:  # a $KUBECONFIG naming a missing or broken file: one line, not a traceback
+            config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except OSError as err:
+            raise LoginRefused(f"cannot read the kubeconfig {path}: {err.strerror}") from None
+        except yaml.YAMLError as err:
+            raise LoginRefused(f"the kubeconfig {path} is not YAML: {str(err).splitlines()[0]}") from None
+        if not isinstance(config, dict):
+            raise LoginRefused(f"the kubeconfig {path} is not a kubeconfig (not a mapping)")
         current = current or config.get("current-context")
         for section, key in (("contexts", "context"), ("clusters", "cluster"), ("users", "user")):
             for item in config.get(section) or []:

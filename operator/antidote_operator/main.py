@@ -8,6 +8,8 @@ import sys
 
 import kopf
 
+from antidote_api.wire import cli_prefix
+
 from . import heap, kube
 from .context import Context, Options
 from .reconcile import sync_consumer
@@ -80,10 +82,10 @@ def run(options: Options, verbose: bool = False) -> int:
         from .kube_login import LoginRefused
 
         if isinstance(err, DevRunnerRefused):
-            print(f"antidote operator: --dev-runner refused: {err}", file=sys.stderr)
+            print(f"{cli_prefix('operator')}--dev-runner refused: {err}", file=sys.stderr)
             return 2
         if isinstance(err, LoginRefused):
-            print(f"antidote operator: cannot log in to the API server: {err}", file=sys.stderr)
+            print(f"{cli_prefix('operator')}cannot log in to the API server: {err}", file=sys.stderr)
             return 2
         raise
     return 0

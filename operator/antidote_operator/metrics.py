@@ -9,6 +9,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from antidote_api.conditions import CONSUMER_READY_REASONS
+from antidote_api.wire import OperatorMetric
+
 from .state import Registry
 
 
@@ -32,13 +35,25 @@ class _Consumers(Collector):
         yield g
         # Per consumer, because the consumer's own antidote_queue_disabled goes away with its
         # process: this one stays 1 for as long as the queue is disabled (the alert reads it).
-        d = GaugeMetricFamily("antidote_operator_queue_disabled",
+        d = GaugeMetricFamily(OperatorMetric.QUEUE_DISABLED.value,
                               "1 while a QueueConsumer's queue is disabled, by reason.",
                               labels=["namespace", "consumer", "reason"])
         for st in self.consumers:
             if st.disabled_reason:
                 d.add_metric([st.namespace, st.name, st.disabled_reason], 1)
         yield d
+        # Per consumer, because a consumer that never started never exported a series of its
+        # own (AntidoteConsumerNotRunning reads this one). Its reason is from a closed set.
+        r = GaugeMetricFamily(OperatorMetric.CONSUMER_READY.value,
+                              "1 while a QueueConsumer is Ready, else 0; reason: Ready's reason.",
+                              labels=["namespace", "consumer", "reason"])
+        for st in self.consumers:
+            if st.ready is not None:
+                status, reason = st.ready
+                r.add_metric([st.namespace, st.name,
+                              reason if reason in CONSUMER_READY_REASONS else "Unknown"],
+                             1 if status == "True" else 0)
+        yield r
         # The executor count is in the driver's Spark configuration, not a metric of Spark's:
         # the operator says what it set (current) and what the lag asked for (desired).
         x = GaugeMetricFamily("antidote_operator_executors",

@@ -30,6 +30,7 @@ from .builders.common import LABEL_CONSUMER, RenderOptions
 from .context import Context, brief
 from .devrunner.annotations import DEV_RUNNER_METRICS, dev_runner_termination
 from .observations import DeploymentView, Termination
+from .pod_problems import driver_pod_problem
 from .state import ConsumerState
 from .status import PROBE_ANNOTATION, RESUME_ANNOTATION, Event, Inputs, decide, status_patch
 
@@ -119,7 +120,8 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         annotations=meta.get("annotations") or {}, status=qc.get("status") or {}, policy=policy,
         now=datetime.now(timezone.utc), deployment=st.deployment, sample=st.sample,
         termination=st.termination, poison=st.poison,
-        poison_event_interval=ctx.options.poison_event_interval, conflict=st.conflict))
+        poison_event_interval=ctx.options.poison_event_interval, conflict=st.conflict,
+        pod_problem=ctx.pod_problems.of(ns, name), pods_listed=ctx.pod_problems.listed))
     conflict = st.conflict
     # spec.spark.autoscale: the executor count joins the settings, status and Events.
     autoscaler.step(st, d, qc.get("status"), datetime.now(timezone.utc))
@@ -182,6 +184,8 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         d.recheck_at = reader.recheck_at
     st.poison, st.recheck_at = d.poison, d.recheck_at
     st.conditions = {c["type"]: c["status"] for c in d.status.get("conditions", [])}
+    st.ready = next(((c["status"], c["reason"]) for c in d.status.get("conditions", [])
+                     if c["type"] == "Ready"), None)
     ex = d.status.get("executors")
     st.executors = (ex["current"], ex["desired"]) if ex else None
     st.disabled_reason = d.disabled
@@ -368,9 +372,16 @@ def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
         ctx.syncer.kick(ns, consumer)
 
 
-def on_pod(ctx: Context, body: Mapping[str, Any]) -> None:
+def on_pod(ctx: Context, body: Mapping[str, Any], deleted: bool = False) -> None:
     meta = body.get("metadata", {})
     ns, consumer = meta.get("namespace"), (meta.get("labels") or {}).get(LABEL_CONSUMER)
-    st = ctx.registry.peek(ns, consumer) if ns and consumer else None
-    if st is not None and note_termination(ctx, st, pod_termination(body)):
+    if not ns or not consumer:
+        return
+    problem = None if deleted else driver_pod_problem(body)
+    changed = ctx.pod_problems.put(ns, consumer, meta.get("name", ""), problem)
+    st = ctx.registry.peek(ns, consumer)
+    if st is None:
+        return
+    terminated = not deleted and note_termination(ctx, st, pod_termination(body))
+    if terminated or changed:
         ctx.syncer.kick(ns, consumer)

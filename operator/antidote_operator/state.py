@@ -40,6 +40,7 @@ class ConsumerState:
     recheck_at: datetime | None = None
     next_resync: float = 0.0  # monotonic time of the next level-based full reconcile
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status, for metrics
+    ready: tuple[str, str] | None = None  # Ready's (status, reason) as last written, for metrics
     disabled_reason: str | None = None  # the QueueDisabled reason as last written, for metrics
     disabled_seen_at: float | None = None  # monotonic time the disable evidence arrived
     # Source partitions' progress between readings (executor_scale.track), for autoscaling.

@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from antidote_api.base import explain
-from antidote_api.conditions import (Condition, ConditionType, ConfigReason, EnabledReason, PausedReason,
-                                     PoisonConditionReason, ReadyReason, condition, find_condition,
-                                     set_condition)
+from antidote_api.conditions import (Condition, ConditionType, ConfigReason, DriverReason, EnabledReason,
+                                     PausedReason, PoisonConditionReason, ReadyReason, condition,
+                                     find_condition, set_condition)
 from antidote_api.consumer import Counts, LastPoison, QueueConsumerSpec, QueueConsumerStatus
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
@@ -27,6 +27,7 @@ from antidote_api.wire import (DISABLE_REASONS, OUTCOMES, POISON_CONDITION_REASO
                                PROBE_ANNOTATION, RESUME_ANNOTATION, ExitCode)
 
 from .observations import DeploymentView, PoisonMemory, Sample, Termination, fresh
+from .pod_problems import PodProblem
 from .status_messages import disable_message, poison_summary
 
 
@@ -41,6 +42,7 @@ SETTINGS_REJECTED = ConfigReason.SETTINGS_REJECTED.value
 # the consumer's), and the consumer starts soon after it is gone.
 CONFLICT_RECHECK = timedelta(seconds=10)
 
+DRIVER_REASONS = frozenset(r.value for r in DriverReason)
 READY, PAUSED = ConditionType.READY.value, ConditionType.PAUSED.value
 DISABLED, POISON = ConditionType.QUEUE_DISABLED.value, ConditionType.POISON_DETECTED.value
 
@@ -62,6 +64,9 @@ class Inputs:
     poison_event_interval: float = 60.0
     # An object of a child's name that is not the consumer's (its message); None: none met.
     conflict: str | None = None
+    # Why the driver's pod does not run (pod_problems), as the Pod watch last saw it.
+    pod_problem: PodProblem | None = None
+    pods_listed: bool = True  # False until the Pod watch read its list (pod_problems.listed)
 
 
 @dataclass(frozen=True)
@@ -327,6 +332,12 @@ def _ready(p: _Pass) -> None:
         p.put(READY, False, *p.problem)
         if before is None or (before.reason, before.message) != p.problem:
             p.events.append(Event("Warning", p.problem[0], p.problem[1]))
+    elif (pod := _pod_problem(p, before)) is not None and not running and not (p.paused or p.disabled):
+        # The pod's own reason (ImagePullBackOff, CrashLoopBackOff, Unschedulable...): one
+        # Event when it appears or changes, not one per change of the scheduler's text.
+        p.put(READY, False, pod.reason, pod.message)
+        if before is None or before.reason != pod.reason:
+            p.events.append(Event("Warning", pod.reason, pod.message))
     elif p.paused:
         p.put(READY, False, ReadyReason.PAUSED, "Paused by spec.paused.")
     elif p.disabled:
@@ -336,6 +347,18 @@ def _ready(p: _Pass) -> None:
         p.put(READY, True, ReadyReason.RUNNING, "The driver is running.")
     else:
         p.put(READY, False, ReadyReason.STARTING, "Waiting for the driver Deployment to become available.")
+
+
+def _pod_problem(p: _Pass, before: Condition | None) -> PodProblem | None:
+    """The driver pod's problem; before the Pod watch's first list, the one Ready has. A
+    crash loop whose last exit came before a resume is the disabled run's (its pod goes)."""
+    i = p.i
+    if i.pod_problem is not None:
+        since = i.pod_problem.since
+        return None if since is not None and not fresh(since, p.resumed_at) else i.pod_problem
+    if i.pods_listed or before is None or before.status != "False":
+        return None
+    return PodProblem(before.reason, before.message) if before.reason in DRIVER_REASONS else None
 
 
 def _observed(p: _Pass) -> tuple[Counts | None, int | None, LastPoison | None]:

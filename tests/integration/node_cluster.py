@@ -167,7 +167,8 @@ def started() -> Iterator[Cluster]:
         system = restricted_namespace(core, "antidote-system")
         ns = restricted_namespace(core, "shop")
         # The values kind-up.sh uses; the images carry the chart's appVersion as their tag.
-        assert operator == f"{yaml.safe_load(VALUES.read_text())['image']['repository']}:" \
+        values = yaml.safe_load(VALUES.read_text())["image"]
+        assert operator == f"{values['registry']}/{values['repository']}:" \
                            f"{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
         _run(env, "helm", "install", RELEASE, str(CHART), "-n", system, "-f", str(VALUES),
              "--wait", "--timeout", "180s")

@@ -17,7 +17,8 @@ from ..api_cases import ROOT
 RULES = ROOT / "charts/antidote/files/alerts.yaml"
 TESTS = sorted((ROOT / "tests/alerts").glob("*.test.yaml"))
 ALERTS = {"AntidoteQueueDisabled", "AntidotePoisonRateHigh", "AntidotePoisonTopicGrowing",
-          "AntidoteConsumerStuck", "AntidoteRetryRecordsLost", "AntidoteReaderJobFailed",
+          "AntidoteConsumerStuck", "AntidoteConsumerNotRunning", "AntidoteRetryRecordsLost",
+          "AntidoteReaderJobFailed",
           "AntidoteOperatorDown"}
 
 

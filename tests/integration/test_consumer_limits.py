@@ -224,14 +224,14 @@ def test_skip_reports_kafka_and_credential_errors_in_one_line(stack, tmp_path) -
     out = cli("skip", "c", "--settings", settings_file("plain.json", None), **stack.env())
     assert (out.returncode, out.stdout) == (1, "")
     (line,) = out.stderr.splitlines()
-    assert line.startswith(f"error: cannot reach Kafka at {closed} (no answer in 15s): ")
+    assert line.startswith(f"antidote skip: cannot reach Kafka at {closed} (no answer in 15s): ")
     assert "Connection refused" in line and line.endswith("; nothing was changed")
 
     out = cli("skip", "c", "--settings", settings_file("secret.json", "orders-kafka"),
               **stack.env(), ANTIDOTE_SECRETS_DIR=str(tmp_path / "nowhere"))
     assert (out.returncode, out.stdout) == (1, "")
     (line,) = out.stderr.splitlines()
-    assert line.startswith("error: Kafka secret 'orders-kafka': ") and "nowhere/orders-kafka does not exist" in line
+    assert line.startswith("antidote skip: Kafka secret 'orders-kafka': ") and "nowhere/orders-kafka does not exist" in line
 
 
 def test_the_handler_never_sees_antidote_headers_of_a_source_record(

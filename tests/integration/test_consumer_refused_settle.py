@@ -60,7 +60,7 @@ def test_a_poison_topic_that_refuses_writes_disables_the_queue_within_the_attemp
 
     def refuse(consumer) -> None:
         # After the start, when the consumer has made its topics and read their limits
-        # (settle._fitted); the retry topic still takes the first failure, and the retry
+        # (outcomes.fitted); the retry topic still takes the first failure, and the retry
         # pump's settle of the second is refused.
         if refusal == "too-small":  # the poison record (its headers alone ~1 kB) no longer fits
             _set_topic_config(kafka_admin, s.topics.poison, "max.message.bytes", "200")

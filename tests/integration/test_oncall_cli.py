@@ -126,7 +126,7 @@ def test_resume_and_drain_write_what_the_operator_acts_on(k: Cluster, kubeconfig
 
         out = cli("resume", "orders", "-n", k.ns, kubeconfig=kubeconfig)
         assert out.returncode == 1
-        assert out.stderr == (f'error: queueconsumer "orders" is neither paused nor disabled (QueueDisabled=False '
+        assert out.stderr == (f'antidote resume: queueconsumer "orders" is neither paused nor disabled (QueueDisabled=False '
                               f'(QueueEnabled)); nothing to resume (--force annotates it anyway)\n')
 
         out = cli("drain", "orders", "-n", k.ns, "--action", "Drop", "--reason", "validation",
@@ -149,7 +149,7 @@ def test_errors_are_one_line_without_tracebacks(k: Cluster, kubeconfig: str, tmp
     for cmd in ("inspect", "resume", "drain", "redrive"):
         out = cli(cmd, "nope", "-n", k.ns, kubeconfig=kubeconfig)
         assert out.returncode == 1, (cmd, out.stderr)
-        assert out.stderr == f'error: queueconsumer "nope" not found in namespace "{k.ns}"\n', cmd
+        assert out.stderr == f'antidote {cmd}: queueconsumer "nope" not found in namespace "{k.ns}"\n', cmd
 
     # A cluster that does not answer: the kubeconfig of the stack, pointed at a closed port.
     cfg = yaml.safe_load(Path(kubeconfig).read_text())
@@ -160,6 +160,6 @@ def test_errors_are_one_line_without_tracebacks(k: Cluster, kubeconfig: str, tmp
     dead.write_text(yaml.safe_dump(cfg))
     out = cli("inspect", "orders", "-n", k.ns, kubeconfig=str(dead))
     assert out.returncode == 1
-    assert out.stderr == f"error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}: connection refused\n"
+    assert out.stderr == f"antidote inspect: cannot reach the Kubernetes API server at https://127.0.0.1:{port}: connection refused\n"
     out = cli("inspect", "orders", "--kubeconfig", str(tmp_path / "missing"), kubeconfig=kubeconfig)
-    assert out.returncode == 1 and out.stderr.startswith("error: cannot load the kubeconfig") and "Traceback" not in out.stderr
+    assert out.returncode == 1 and out.stderr.startswith("antidote inspect: cannot load the kubeconfig") and "Traceback" not in out.stderr

@@ -73,7 +73,7 @@ def test_skip_then_resume_through_the_cli_goes_past_the_fault_message(
         # Skipped once: a second skip finds nothing to move and says what to do instead.
         out = cli("skip", "orders", "-n", ns, kubeconfig=kubeconfig)
         assert out.returncode == 1
-        assert out.stderr == (f"error: the message consumer 'orders' stopped at ({source}/0/5) was "
+        assert out.stderr == (f"antidote skip: the message consumer 'orders' stopped at ({source}/0/5) was "
                               f"skipped already; nothing was changed. Next: antidote resume orders -n {ns}\n")
 
         out = cli("resume", "orders", "-n", ns, kubeconfig=kubeconfig)

@@ -82,8 +82,10 @@ def test_kind_and_the_node_install_the_chart_with_one_values_file() -> None:
 
     values = yaml.safe_load((ROOT / "hack/local-images.values.yaml").read_text())
     app_version = yaml.safe_load((ROOT / "charts/antidote/Chart.yaml").read_text())["appVersion"]
-    assert f"{values['image']['repository']}:{app_version}" == project_images.operator_name()
-    assert f"{values['consumer']['image']['repository']}:{app_version}" == project_images.consumer_name()
+    registry = values["image"]["registry"]  # the consumer image's too
+    assert "registry" not in values["consumer"]["image"]
+    assert f"{registry}/{values['image']['repository']}:{app_version}" == project_images.operator_name()
+    assert f"{registry}/{values['consumer']['image']['repository']}:{app_version}" == project_images.consumer_name()
     assert values["image"]["pullPolicy"] == "Never"
     kind_up = (ROOT / "hack/kind-up.sh").read_text()
     assert "-f hack/local-images.values.yaml" in kind_up and "--set" not in kind_up

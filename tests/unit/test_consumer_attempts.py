@@ -8,7 +8,8 @@ import os
 import pytest
 
 from antidote_consumer.kafka import headers as h
-from antidote_consumer.worker.attempts import Plan, Reason, Verdict, class_name, is_non_retryable, run_pass
+from antidote_consumer.worker.attempts import Plan, Reason, class_name, is_non_retryable, run_pass
+from antidote_consumer.worker.verdict import Verdict
 from antidote_consumer.worker.handler import HandlerLoadError, check_handler, encode_output, load_handler
 from antidote_consumer.worker.message import Message
 

@@ -13,7 +13,8 @@ from antidote import NonRetryable, Retry
 from antidote import parse_after
 from antidote_api.duration import Duration
 from antidote_api.semantics import EffectiveRetries, longest_retry_delay, retry_after_bound
-from antidote_consumer.worker.attempts import Plan, Reason, Verdict, run_pass
+from antidote_consumer.worker.attempts import Plan, Reason, run_pass
+from antidote_consumer.worker.verdict import Verdict
 from antidote_consumer.worker.chosen import CHOSE_NON_RETRYABLE, CHOSE_RETRY, retry_delay_ms, systemic_signal
 from antidote_consumer.worker.message import Message
 

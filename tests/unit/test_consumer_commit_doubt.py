@@ -13,8 +13,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from antidote_consumer.driver import ledger as ledger_mod
 from antidote_consumer.driver.ledger import Ledger, LedgerState
-from antidote_consumer.driver.settle import QueueDisabled
-from antidote_consumer.driver.settle_refused import RefusedSettle, refused_backoff, refused_disables
+from antidote_consumer.driver.disabled import QueueDisabled
+from antidote_consumer.driver.settle_refused import RefusedCommit, refused_backoff, refused_disables
 from antidote_consumer.kafka import transactions
 from antidote_consumer.kafka.transactions import RecordRefused, TransactionalWriter, commit_aborted
 
@@ -174,16 +174,13 @@ def test_refused_settles_back_off_like_rollbacks_and_disable_at_the_threshold() 
     assert not refused_disables(500, False, 5)  # queueDisable off: backed off, never disabled
 
 
-class RefusingRuntime(RefusedSettle):
-    """A Runtime's parts _commit_settle uses: a ledger that refuses `refusals` commits."""
+class Refusing:
+    """A ledger that refuses `refusals` commits, and the rollbacks RefusedCommit counts."""
 
     def __init__(self, refusals: int, threshold: int = 3):
-        self.s = SimpleNamespace(queue_disable=SimpleNamespace(enabled=True,
-                                                               consecutive_batch_failures=threshold))
-        self.retry_sleep = 0.0
-        self.stopping = threading.Event()
         self.failures = 0
         self.committed: list = []
+        self.stopping = threading.Event()
         left = [refusals]
 
         def commit(state, records):
@@ -191,33 +188,33 @@ class RefusingRuntime(RefusedSettle):
                 left[0] -= 1
                 raise RecordRefused("t.poison: Broker: Message size too large")
             self.committed.append((state, records))
-        self.ledger = SimpleNamespace(commit=commit)
 
-    def _rollback(self, err) -> int:
-        self.failures += 1
-        return self.failures
-
+        def rollback(err) -> int:
+            self.failures += 1
+            return self.failures
+        qd = SimpleNamespace(enabled=True, consecutive_batch_failures=threshold)
+        self.refused = RefusedCommit(SimpleNamespace(commit=commit), qd, rollback, self.stopping, 0.0)
 
 def test_a_refused_settle_is_written_again_unchanged_until_it_is_taken() -> None:
-    rt = RefusingRuntime(refusals=2)
+    rt = Refusing(refusals=2)
     state, records = LedgerState(), [("t.poison", 0, b"k", b"v", [])]
-    rt._commit_settle(state, records)
+    rt.refused.commit(state, records)
     assert rt.failures == 2 and rt.committed == [(state, records)]
 
 
 def test_refused_settles_disable_the_queue_naming_the_topic_and_the_brokers_error() -> None:
-    rt = RefusingRuntime(refusals=10, threshold=3)
+    rt = Refusing(refusals=10, threshold=3)
     with pytest.raises(QueueDisabled) as err:
-        rt._commit_settle(LedgerState(), [])
+        rt.refused.commit(LedgerState(), [])
     assert err.value.reason == "ConsecutiveBatchFailures" and rt.failures == 3 and not rt.committed
     assert "t.poison: Broker: Message size too large" in err.value.message
 
 
 def test_a_stop_ends_the_wait_of_a_refused_settle_without_disabling() -> None:
-    rt = RefusingRuntime(refusals=10, threshold=3)
+    rt = Refusing(refusals=10, threshold=3)
     rt.stopping.set()
     with pytest.raises(RecordRefused):
-        rt._commit_settle(LedgerState(), [])
+        rt.refused.commit(LedgerState(), [])
     assert rt.failures == 1
 
 
@@ -251,14 +248,14 @@ def test_what_a_commit_that_landed_counted_is_counted_in_the_metrics_once() -> N
     from antidote_consumer.driver.metrics import Metrics
     from antidote_consumer.driver.settle import Settler
 
-    settler = Settler()
-    settler.metrics = m = Metrics("tests", "c")
+    m = Metrics("tests", "c")
+    settler = Settler(None, None, m, None, None, max_held=0)  # reloaded() needs the metrics alone
     before = LedgerState(counts={"processed": 5, "retried": 1}, attempts=7)
     landed = LedgerState(counts={"processed": 8, "retried": 1, "moved": 2}, attempts=12,
                          consecutive_failures=0)
 
-    settler._reloaded(before, landed)
-    settler._reloaded(landed, copy.deepcopy(landed))  # read again, nothing new
+    settler.reloaded(before, landed)
+    settler.reloaded(landed, copy.deepcopy(landed))  # read again, nothing new
 
     def sample(name, **labels):
         return m.registry.get_sample_value(name, {**m.ids, **labels}) or 0.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from wsgiref.util import setup_testing_defaults
 
-from antidote_consumer.driver.metrics import STALL_AFTER_MIN_S, Liveness, Metrics, stall_after
+from antidote_consumer.driver.liveness import STALL_AFTER_MIN_S, Liveness, stall_after
+from antidote_consumer.driver.metrics import Metrics
 
 
 def test_stall_after_is_ten_attempt_limits_and_at_least_ten_minutes() -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from antidote import NonRetryable, Retry
 from antidote_consumer.kafka import headers as h
-from antidote_consumer.worker.attempts import Plan, Verdict, class_name, run_pass
+from antidote_consumer.worker.attempts import Plan, class_name, run_pass
+from antidote_consumer.worker.verdict import Verdict
 from antidote_consumer.worker.executor import INPUT_FIELDS, WorkerConfig, arrow_schema, process
 from antidote_consumer.worker.message import Message
 

@@ -122,7 +122,7 @@ def test_arrow_rows_leave_the_users_own_bound_alone() -> None:
 
 
 def test_committed_offsets_come_from_the_last_progress_of_the_query() -> None:
-    from antidote_consumer.driver.consumer import committed_offsets
+    from antidote_consumer.driver.offsets import committed_offsets
 
     progress = {"sources": [{"description": "KafkaV2[Subscribe[orders]]",
                              "endOffset": '{"orders":{"0":120,"1":98}}'}]}

@@ -1,16 +1,23 @@
 {{/* Names and labels shared by every template of the chart. */}}
 
+{{/* The chart's name, or nameOverride (the app.kubernetes.io/name label). */}}
 {{- define "antidote.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The release's fullname: the release name, with the chart name appended unless the
-release name already contains it. */}}
+{{/* The release's fullname, the prefix of every object's name: fullnameOverride, else the
+release name with the (overridden) chart name appended unless the release name already
+contains it. */}}
 {{- define "antidote.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -45,12 +52,29 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
-{{- define "antidote.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{/* `registry/repository:tag`, or `repository:tag` when the registry is empty. The
+registry is global.imageRegistry when a parent chart sets it (a mirror for every image),
+else the image's own. */}}
+{{- define "antidote.imageRef" -}}
+{{- $registry := .registry -}}
+{{- with .global }}{{ with .imageRegistry }}{{ $registry = . }}{{ end }}{{ end -}}
+{{- if $registry -}}
+{{- printf "%s/%s:%s" (trimSuffix "/" $registry) .repository .tag -}}
+{{- else -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
 {{- end -}}
 
+{{- define "antidote.image" -}}
+{{- include "antidote.imageRef" (dict "global" .Values.global "registry" .Values.image.registry
+    "repository" .Values.image.repository "tag" (default .Chart.AppVersion .Values.image.tag)) -}}
+{{- end -}}
+
+{{/* The default consumer image: its own registry, else the operator image's. */}}
 {{- define "antidote.consumerImage" -}}
-{{- printf "%s:%s" .Values.consumer.image.repository (default .Chart.AppVersion .Values.consumer.image.tag) -}}
+{{- include "antidote.imageRef" (dict "global" .Values.global
+    "registry" (default .Values.image.registry .Values.consumer.image.registry)
+    "repository" .Values.consumer.image.repository "tag" (default .Chart.AppVersion .Values.consumer.image.tag)) -}}
 {{- end -}}
 
 {{/* true when more than one replica runs, so Kopf peering is on. */}}
@@ -58,9 +82,11 @@ app.kubernetes.io/component: operator
 {{- if gt (int .Values.replicaCount) 1 }}true{{ end -}}
 {{- end -}}
 
-{{/* true when the Prometheus Operator's objects are rendered. */}}
+{{/* true when the Prometheus Operator's objects are rendered: monitoring.enabled, and
+only that (whether the API server offers monitoring.coreos.com/v1 decides nothing: `helm
+template` cannot see it, and `false` must mean off). */}}
 {{- define "antidote.monitoring" -}}
-{{- if or .Values.monitoring.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end -}}
+{{- if .Values.monitoring.enabled }}true{{ end -}}
 {{- end -}}
 
 {{/* The operator's command line (after `antidote`). */}}

@@ -11,42 +11,30 @@ import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
+from antidote_api.conditions import DisableReason
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
-from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows
-from antidote_consumer.worker.chosen import judged
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
+from .disabled import QueueDisabled
 from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
                      is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
 from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
+from .worker_config import worker_config
 from .liveness import RunBounds
 from .metrics import Metrics
-from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, QueueDisabled, Settler
+from .outcomes import Targets
+from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, Settler
+from .settle_refused import RefusedCommit
+from .systemic import SystemicRule
 
 log = logging.getLogger("antidote.consumer")
-
-
-def worker_config(s: EffectiveSettings) -> WorkerConfig:
-    sink_kafka = None
-    if s.sink is not None and s.sink.kafka is not None:
-        sink_kafka = {"bootstrap.servers": s.sink.kafka.bootstrap_servers, "topic": s.sink.kafka.topic,
-                      "secret_dir": kafka_auth.sink_secret_dir(s)}  # read there by the executors
-    return WorkerConfig(
-        handler=s.handler, source_topic=s.source.topic, immediate=s.retries.immediate,
-        cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
-        validation=s.validation.wire() if s.validation is not None else None,
-        sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
-        fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
-        max_held=s.max_held_per_key if s.ordering == "Key" else 0,
-        delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id)
 
 
 # A task that died on this did not run its messages (see _isolate).
@@ -56,7 +44,7 @@ STALE_WORKER = "java.nio.channels.CancelledKeyException"
 QUIET_TIMEOUT = 30.0
 
 
-class Runtime(Settler):
+class Runtime:
     def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
                  partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None,
                  max_bytes: dict[str, int] | None = None):
@@ -75,14 +63,12 @@ class Runtime(Settler):
         self.local: LocalWorker | None = None if path_sink else LocalWorker()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.window: deque[tuple[float, int, int]] = deque()
         # The earliest due time of the retry records this process wrote, and who to tell:
         # the retry pump sleeps until then instead of polling the retry topics.
         self.scheduled_due: int | None = None
         self.on_scheduled: Callable[[], None] | None = None
         self.disabled: QueueDisabled | None = None
-        # max.message.bytes of the retry, poison and dead-letter topics (read by the runner):
-        # a record written there is fitted to it (see _fitted), and so is a batch of them.
+        # max.message.bytes of the derived topics: their records are fitted (outcomes.fitted).
         self.max_bytes: dict[str, int] = dict(max_bytes or {})
         # Rows per Arrow batch of source batches, from the records seen (set by the Consumer,
         # which knows the source topic's max.message.bytes); the value last set on the query's
@@ -99,6 +85,11 @@ class Runtime(Settler):
                              # Below librdkafka's 1 MB default only: room for a batch's framing.
                              max_batch_bytes=smallest - BATCH_FRAMING
                              if smallest is not None and smallest < DEFAULT_BATCH_BYTES else None)
+        self.settler = Settler(Targets(settings, partitions, self.max_bytes, self.consumer_id),
+                               self.ledger, metrics, SystemicRule.of(settings.queue_disable),
+                               RefusedCommit(self.ledger, settings.queue_disable, self._rollback,
+                                             self.stopping, retry_sleep),
+                               max_held=self.cfg.max_held)
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:
@@ -128,7 +119,7 @@ class Runtime(Settler):
             # A driver that dies in every batch never reaches the in-batch check: a crash loop
             # is stopped here, before the batch runs again.
             self.disabled = QueueDisabled(
-                "ConsecutiveBatchFailures",
+                DisableReason.CONSECUTIVE_BATCH_FAILURES,
                 f"the driver died in {new.consecutive_failures} batches in a row (last: batch "
                 f"{state.started_batch}); the batch stays unconsumed")
             new.disabled = self.disabled.reason
@@ -378,7 +369,7 @@ class Runtime(Settler):
             # Bisection runs parts of the batch apart, each from the same chains: a key's later
             # message could run in one part before its earlier one failed in another. So with
             # ordering Key the queue is disabled instead; nothing of the batch is lost.
-            raise QueueDisabled("ConsecutiveBatchFailures",
+            raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES,
                                 f"{self.ledger.state.consecutive_failures} batch failures in a row; "
                                 "with ordering Key the batch is not bisected (it would break key "
                                 f"order), it stays unconsumed; last error: {first_line(err)}")
@@ -412,14 +403,14 @@ class Runtime(Settler):
         try:
             iso = bisect(keys, run, budget)
         except RuntimeError as budget_err:
-            raise QueueDisabled("ConsecutiveBatchFailures", f"{budget_err}; last error: "
+            raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES, f"{budget_err}; last error: "
                                 f"{first_line(err)}") from err
         self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions + stale)
         merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
         merged.ends, merged.waiting = ends, waiting
         unsettled = iso.unsettled(name=lambda k: "/".join(map(str, k)))
         if unsettled:  # a broken environment, not a message: nothing is quarantined
-            raise QueueDisabled("ConsecutiveBatchFailures", f"{self.ledger.state.consecutive_failures} batch "
+            raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES, f"{self.ledger.state.consecutive_failures} batch "
                                 f"failures in a row and {unsettled}; last error: {first_line(err)}")
         if iso.cleared:  # an outage that ended during the bisection (isolation.py)
             log.warning("not culprits, they succeeded when run again: %s", iso.cleared)
@@ -435,19 +426,15 @@ class Runtime(Settler):
         return merged, isolated
 
     # --- deciding and committing ----------------------------------------------------------
-    def _systemic(self, result: BatchResult) -> bool:
-        qd = self.s.queue_disable
-        if not qd.enabled:
-            return False
-        failed, total = judged(result.n_ok, result.failures)
-        now = time.monotonic()
-        self.window.append((now, total, failed))
-        horizon = now - qd.failure_ratio.window.seconds
-        while self.window and self.window[0][0] < horizon:
-            self.window.popleft()
-        n = sum(t for _, t, _ in self.window)
-        bad = sum(f for _, _, f in self.window)
-        return n >= qd.failure_ratio.min_messages and bad / n >= qd.failure_ratio.threshold
+    def _settle(self, result: BatchResult, isolated: list, batch_id: int | None,
+                positions: dict[str, int] | None) -> None:
+        done = self.settler.settle(result, isolated, batch_id, positions)
+        if done.dues:
+            self.scheduled_due = min(done.dues + [d for d in (self.scheduled_due,) if d is not None])
+            if self.on_scheduled is not None:
+                self.on_scheduled()
+            if self.local is not None:
+                self.local.warm(self.cfg)
 
     def _disable(self, err: QueueDisabled) -> None:
         self.disabled = err
@@ -461,5 +448,3 @@ class Runtime(Settler):
         self.metrics.set_disabled(err.reason)
         log.error("queue disabled (%s): %s", err.reason, err.message)
 
-
-__all__ = ["QueueDisabled", "Runtime"]

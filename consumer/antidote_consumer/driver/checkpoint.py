@@ -11,7 +11,7 @@ same way on every restart. So before the query starts, those temporary files are
 and only when nothing else is there: a folder with an entry, or with any other file, is left
 to Spark's check (which is there to stop two queries sharing one checkpoint). Nothing is
 lost with them: a checkpoint without entries starts from the ledger's positions
-(driver.consumer.starting_offsets).
+(driver.offsets.starting_offsets).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def remove_checkpoint(spark, location: str) -> bool:
     """Remove the checkpoint at `location` (any filesystem Spark reads it from): after a
     recreated source topic was rebased (driver.rebase), its offsets are the old topic's, and
     Spark would start from them. The ledger's positions say where to start instead
-    (driver.consumer.starting_offsets), as after a lost checkpoint. True if it was there."""
+    (driver.offsets.starting_offsets), as after a lost checkpoint. True if it was there."""
     Path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # noqa: N806 - Hadoop's class
     root = Path(location)
     fs = root.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())

@@ -23,43 +23,18 @@ from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, m
 from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows, arrow_batching, checkpoint_files
 from antidote_consumer.worker import collector
 
-from .batches import QueueDisabled, Runtime
+from .batches import Runtime
 from .checkpoint import clear_torn_first_write, remove_checkpoint
+from .disabled import QueueDisabled
 from .ledger import LedgerFenced
-from .metrics import Metrics, stall_after
+from .liveness import stall_after
+from .metrics import Metrics
+from .offsets import committed_offsets, starting_offsets
 from .outage_log import OutageLog
 from .recreated import RetryTopicGone, TopicRecreated, check as check_topics, refusal, watch
 from .retry_pump import RetryPump, RetryReader
 
 log = logging.getLogger("antidote.consumer")
-
-
-def committed_offsets(progress: dict | None, topic: str) -> dict[int, int] | None:
-    """The source offsets the last batch of a query progress ended at, by partition."""
-    import json
-
-    for src in (progress or {}).get("sources") or []:
-        end = src.get("endOffset")
-        if isinstance(end, str):
-            end = json.loads(end)
-        if isinstance(end, dict) and topic in end:
-            return {int(p): int(o) for p, o in end[topic].items()}
-    return None
-
-
-def starting_offsets(topic: str, policy: str, partitions: int, floor: dict[int, int],
-                     start: dict[int, int]) -> str:
-    """The source query's startingOffsets. Spark reads them only when the checkpoint has no
-    offsets (a first start, or a lost or replaced checkpoint): then each partition starts
-    where the ledger's accounting ends (`floor`), else where a `latest` consumer first
-    started (`start`), else at its earliest record, as Spark starts a new partition. So a
-    lost checkpoint neither skips a message nor quarantines one twice."""
-    import json
-
-    if not floor and not start:
-        return policy
-    every = set(range(partitions)) | set(floor)
-    return json.dumps({topic: {str(p): floor.get(p, start.get(p, -2)) for p in sorted(every)}})
 
 
 # The source batch's columns as the executors read them (worker.executor.INPUT_COLUMNS).
@@ -103,7 +78,7 @@ class Consumer:
         self.runtime.arrow = ArrowRows(source_max, settings.spark.conf)
         # After a commit with an unknown result the ledger is read again (Ledger.reload): what
         # that commit counted, if it landed, is counted in the metrics too.
-        self.runtime.ledger.on_reload = self.runtime._reloaded
+        self.runtime.ledger.on_reload = self.runtime.settler.reloaded
         rows = spark.conf.get(ARROW_ROWS_CONF, None)
         if rows is not None and rows.strip().lstrip("-").isdigit():
             metrics.arrow_rows.labels(**metrics.ids).set(int(rows))

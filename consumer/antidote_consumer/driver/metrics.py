@@ -18,7 +18,7 @@ from antidote_api.conditions import DisableReason
 from antidote_api.wire import (DISABLE_WAIT_HEADER, DISABLE_WAIT_MAX, DISABLE_WAIT_PARAM, HEALTH_PATH,
                                Metric)
 
-from .liveness import STALL_AFTER_MIN_S, Liveness, stall_after  # noqa: F401 - their old home
+from .liveness import Liveness
 
 LABELS = ("namespace", "consumer")
 # A connection that sends no request (or no more of one) for this long is closed: each holds

@@ -1,6 +1,6 @@
 """A settle whose records the broker refuses: a poison or dead-letter topic deleted, denied to
 this consumer, or its max.message.bytes lowered below a record after the start (what the
-consumer read at its start, see settle._fitted, no longer holds).
+consumer read at its start, see outcomes.fitted, no longer holds).
 
 Such a refusal aborts the whole transaction, so nothing of the batch is written; running the
 batch's handlers again would only call them again and rewrite their sink outputs, and the
@@ -13,8 +13,14 @@ batch keeps the handler calls it had: the `(immediate + 1) x (cycles + 1)` bound
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
+from antidote_api.conditions import DisableReason
+from antidote_api.policy import QueueDisable
 from antidote_consumer.kafka.transactions import RecordRefused
+
+from .disabled import QueueDisabled
 
 log = logging.getLogger("antidote.consumer")
 
@@ -31,25 +37,32 @@ def refused_disables(failures: int, enabled: bool, threshold: int) -> bool:
     return enabled and failures >= threshold
 
 
-class RefusedSettle:
-    """Part of `batches.Runtime` (with settle.Settler): `_commit_settle`."""
+class RefusedCommit:
+    """Commits a settle's state and records through the ledger, again while the broker refuses
+    a record (see the module). `rollback` counts a refusal in the ledger as a rolled-back
+    batch is counted (and returns the failures in a row); `stopping` ends the wait."""
 
-    def _commit_settle(self, state, records: list) -> None:
-        """Commit a settle's `state` and `records`, again while the broker refuses a record
-        (see the module); raises QueueDisabled when the refusals disable the queue, and the
-        refusal itself when a stop interrupts the wait (the batch runs again after it)."""
-        from .settle import QueueDisabled  # settle imports this module
+    def __init__(self, ledger, queue_disable: QueueDisable, rollback: Callable[[Exception], int],
+                 stopping: threading.Event, retry_sleep: float):
+        self.ledger = ledger
+        self.qd = queue_disable
+        self.rollback = rollback
+        self.stopping = stopping
+        self.retry_sleep = retry_sleep
 
-        qd = self.s.queue_disable
+    def commit(self, state, records: list) -> None:
+        """Raises QueueDisabled when the refusals disable the queue, and the refusal itself
+        when a stop interrupts the wait (the batch runs again after it)."""
+        qd = self.qd
         while True:
             try:
                 self.ledger.commit(state, records)
                 return
             except RecordRefused as err:
-                failures = self._rollback(err)  # counted in the ledger, like a rollback
+                failures = self.rollback(err)  # counted in the ledger, like a rollback
                 if refused_disables(failures, qd.enabled, qd.consecutive_batch_failures):
                     raise QueueDisabled(
-                        "ConsecutiveBatchFailures",
+                        DisableReason.CONSECUTIVE_BATCH_FAILURES,
                         f"the batch's outcomes could not be written {failures} times in a row, "
                         f"refused: {err}. Nothing of the batch was committed and "
                         "its handlers are not run again: it stays unconsumed. Make the topic "

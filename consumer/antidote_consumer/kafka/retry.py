@@ -48,12 +48,13 @@ def connect_once(conf: dict, bootstrap: str, timeout: float,
                  refused: Callable[[list], BaseException | None] = lambda errors: None) -> None:
     """Ask for metadata until a broker answers. `refused(errors)` may return an exception to
     raise at once (credentials refused); Unanswered after `timeout` s. The client's own log
-    lines, one per refused connection and second, are kept quiet."""
+    lines, one per refused connection and second, are kept quiet unless `conf` sets a
+    log_level (`antidote redrive -v`)."""
     from confluent_kafka.admin import AdminClient
 
     errors: list = []
-    admin = AdminClient({**conf, "bootstrap.servers": bootstrap, "error_cb": errors.append,
-                         "log_level": 0})
+    admin = AdminClient({"log_level": 0, **conf, "bootstrap.servers": bootstrap,
+                         "error_cb": errors.append})
     deadline = time.monotonic() + timeout
     while True:
         try:

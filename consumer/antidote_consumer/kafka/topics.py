@@ -196,11 +196,6 @@ def end_offsets(admin_consumer, topic: str, partitions: int) -> dict[int, int]:
     return {p: _ends(admin_consumer, topic, p)[1] for p in range(partitions)}
 
 
-def source_lag(admin_consumer, topic: str, committed: dict[int, int]) -> int:
-    """Records after `committed` (partition -> next offset) up to the end of `topic`."""
-    return sum(partition_lags(admin_consumer, topic, committed).values())
-
-
 def partition_lags(admin_consumer, topic: str, committed: dict[int, int]) -> dict[int, int]:
     """Partition -> records after `committed` (partition -> next offset) up to its end."""
     return {p: max(0, _ends(admin_consumer, topic, p)[1] - pos) for p, pos in committed.items()}

@@ -17,6 +17,8 @@ def add_option_args(p, action: bool = True) -> None:
                        help="what to do with each message (default: the policy's reader.action)")
     p.add_argument("--from", dest="source", choices=list(READER_SOURCES), default="poison",
                    help="read the poison topic (default) or the dead-letter topic")
+    p.add_argument("--dlq", dest="source", action="store_const", const="dlq",
+                   help="alias of --from dlq (as in antidote inspect and drain)")
     p.add_argument("--rate", type=int, default=None, help="messages per second at most")
     p.add_argument("--error-class", dest="error_classes", action="append", default=None,
                    metavar="CLASS", help="only messages with this antidote.error.class (repeatable)")

@@ -62,11 +62,15 @@ def reader_ledger(read_topic: str, settings: EffectiveSettings) -> str:
 
 
 def run_reader(settings: EffectiveSettings, options: ReaderOptions, *, spark=None,
-               stop: threading.Event | None = None, log_every: float = 5.0) -> ReaderReport:
+               stop: threading.Event | None = None, log_every: float = 5.0,
+               client_conf: dict[str, str] | None = None) -> ReaderReport:
     """Run the reader once, to the end offsets seen at start. ReaderError for bad settings
-    or options; the report's faultAt is set when the Fault disposition stopped it."""
+    or options; the report's faultAt is set when the Fault disposition stopped it.
+    `client_conf`: librdkafka properties over the secretRef's (`antidote redrive
+    --kafka-property`, its quiet log level)."""
     p = plan(settings.reader, options)
-    run = _Run(settings, p, spark=spark, stop=stop or threading.Event(), log_every=log_every)
+    run = _Run(settings, p, spark=spark, stop=stop or threading.Event(), log_every=log_every,
+               client_conf=client_conf)
     try:
         return run.execute()
     finally:
@@ -75,11 +79,12 @@ def run_reader(settings: EffectiveSettings, options: ReaderOptions, *, spark=Non
 
 class _Run(Actions):
     def __init__(self, settings: EffectiveSettings, p: Plan, *, spark, stop: threading.Event,
-                 log_every: float):
+                 log_every: float, client_conf: dict[str, str] | None = None):
         self.s, self.p, self.stop, self.log_every = settings, p, stop, log_every
         self.topic = settings.topics.poison if p.source == "poison" else settings.topics.dlq
         self.bootstrap = settings.source.bootstrap_servers
-        self.conf = kafka_auth.source_config(settings, verify=True)  # the secretRef's, for librdkafka
+        self.conf = {**kafka_auth.source_config(settings, verify=True),  # the secretRef's, for librdkafka
+                     **(client_conf or {})}
         self.report = ReaderReport(action=p.action, dryRun=p.dry_run, source=p.source,
                                    archivePath=p.archive_path if p.action == "Archive" else None)
         self.admin = AdminClient({**self.conf, "bootstrap.servers": self.bootstrap})

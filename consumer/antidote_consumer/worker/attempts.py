@@ -10,7 +10,6 @@ import linecache
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from antidote import NonRetryable, Retry
 from antidote_api.wire import PoisonReason
@@ -21,12 +20,7 @@ from .deadline import AttemptTimeout
 from .describe import class_name, error_text, valid_text
 from .handler import Handler, encode_output
 from .message import Message
-
-
-class Verdict(StrEnum):
-    OK = "ok"            # the handler succeeded; `output` goes to the sink
-    RETRY = "retry"      # park in the next retry topic
-    FINAL = "final"      # no attempts left: the policy's disposition applies
+from .verdict import Verdict
 
 
 Reason = PoisonReason  # the contract's one definition (antidote_api.wire)
@@ -52,6 +46,18 @@ class Outcome:
     # What the handler chose by raising antidote.Retry / antidote.NonRetryable (chosen.py).
     chosen: str | None = None
     retry_after: int | None = None  # Retry(after=...) in ms, bounded later by the driver
+
+
+def plan_of(cfg) -> Plan:
+    """The Plan of a WorkerConfig (its retries and the policy's validation, wire form): what
+    every worker runs a pass under, and `antidote.testing` too."""
+    check = None
+    if cfg.validation:
+        from antidote_api.policy import Validation
+        from antidote_api.semantics import message_checker
+
+        check = message_checker(Validation.model_validate(cfg.validation))
+    return Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check)
 
 
 def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 from antidote_api.wire import PoisonReason
 
 from .describe import error_text, shown
+from .verdict import Verdict
 
 # The result row's `chosen` column: what the handler raised, when it decided the outcome.
 CHOSE_RETRY = "retry"
@@ -38,7 +39,7 @@ def retry_delay_ms(asked_ms: int | None, policy_ms: int, bound_ms: int | None) -
 
 # Result rows of messages the ordering rules (ordering Key) parked without a handler call:
 # "held" behind their key's failed message, "overflow" past maxHeldPerKey.
-NOT_ATTEMPTED = frozenset({"held", "overflow"})
+NOT_ATTEMPTED = frozenset({Verdict.HELD.value, Verdict.OVERFLOW.value})
 
 
 def judged(n_ok: int, failures: list) -> tuple[int, int]:

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from antidote_consumer.kafka import headers as h
-from antidote_consumer.kafka import auth as kafka_auth
 
-from . import collector
-from .attempts import Plan, Reason, Verdict, run_pass
+from . import collector, sink
+from .attempts import Plan, Reason, plan_of, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
+from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
 HEADERS = "array<struct<key:string,value:binary>>"
@@ -95,56 +95,8 @@ def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     # dicts: not hashable; chains and due_by change with every batch
     key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None)))
     if key not in _cache:
-        from antidote_api.policy import Validation
-        from antidote_api.semantics import message_checker
-
-        check = message_checker(Validation.model_validate(cfg.validation)) if cfg.validation else None
-        _cache[key] = (Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check),
-                       load_handler(cfg.handler))
+        _cache[key] = (plan_of(cfg), load_handler(cfg.handler))
     return _cache[key]
-
-
-_sink_errors: list[str] = []
-SINK_WAIT_S = 60.0
-
-
-def _delivery_failed(err, _msg) -> None:
-    _sink_errors.append(str(err))
-
-
-def sink_producer(cfg: WorkerConfig):
-    """(topic, producer) of a Kafka sink, or (None, None): one producer per process and sink,
-    so the Secret's files are read once, not on every task."""
-    if not cfg.sink_kafka:
-        return None, None
-    conf = dict(cfg.sink_kafka)
-    topic = conf.pop("topic")
-    key = ("producer", tuple(sorted(conf.items())))
-    if key not in _cache:
-        from confluent_kafka import Producer
-
-        conf = {**kafka_auth.from_dir(conf.pop("secret_dir", None)), **conf}
-        # Delivery reports for failures only, through one producer-level callback: a Python
-        # callback per delivered message would cost more than the handler itself.
-        _cache[key] = Producer({**conf, "enable.idempotence": True, "linger.ms": 20,
-                                "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024,
-                                "queue.buffering.max.messages": 1_000_000,
-                                # An output not delivered in time fails its own batch (which
-                                # waits SINK_WAIT_S for them), never a later one.
-                                "message.timeout.ms": int(SINK_WAIT_S * 1000) - 5000,
-                                "delivery.report.only.error": True,
-                                "on_delivery": _delivery_failed})
-    return topic, _cache[key]
-
-
-def _produce(producer, topic: str, key, value, headers) -> None:
-    while True:
-        producer.poll(0.01)
-        try:
-            producer.produce(topic, value, key, headers=headers)
-            return
-        except BufferError:
-            continue
 
 
 def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -> Iterator:
@@ -164,9 +116,9 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     wd = watchdog(cfg.attempt_timeout)
     timed = wd.timed(handler)  # for the attempts after the first, made by run_pass
     clock = time.monotonic
-    sink_topic, producer = sink_producer(cfg)
+    sink_topic, producer = sink.producer_for(cfg.sink_kafka)
     if producer is not None:
-        _sink_errors.clear()
+        sink.begin()
 
     n_ok = n_attempts = largest = 0
     ends: dict[tuple[str, int], int] = {}
@@ -262,7 +214,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     # Held (parked behind its key's message ahead) or past the bound: no
                     # attempt. `cycle` is the retry topic it goes to, `last_failure` its due.
                     overflow = decided.action is Action.OVERFLOW
-                    _emit(out, "overflow" if overflow else "held", key, value, user, _origin(msg),
+                    _emit(out, (Verdict.OVERFLOW if overflow else Verdict.HELD).value, key, value, user,
+                          _origin(msg),
                           topic, partition, offset, before, decided.cycle,
                           HELD_OVERFLOW if overflow else None, None, None, None,
                           first if first is not None else now, decided.due, None)
@@ -322,7 +275,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     else:  # positional, no keywords: ~1us less a call
                         producer.produce(sink_topic, output, key)
                 except BufferError:  # the local queue is full: let the network catch up
-                    _produce(producer, sink_topic, key, output, user or None)
+                    sink.produce(producer, sink_topic, key, output, user or None)
                 if n_ok % 1000 == 0:
                     producer.poll(0)
             elif cfg.emit_outputs:
@@ -331,12 +284,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 if len(out) >= cap:
                     yield sent(out)
     if producer is not None:
-        remaining = producer.flush(SINK_WAIT_S)
-        if remaining or _sink_errors:
-            producer.purge()  # what is left belongs to this failed batch, replayed as a whole
-            producer.flush(5)
-            raise RuntimeError(f"sink topic {sink_topic}: {len(_sink_errors)} outputs refused, "
-                               f"{remaining} unsent after {SINK_WAIT_S:g}s; errors: {_sink_errors[:3]}")
+        sink.delivered(producer, sink_topic)
     chains = order.results() if order is not None else []
     n = 1 + len(ends) + len(chains) + len(waiting)
     summary = {name: [None] * n for name in RESULT_FIELDS}

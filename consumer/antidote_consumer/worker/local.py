@@ -47,10 +47,11 @@ def _run(cfg: WorkerConfig, rows: list[tuple]) -> list[dict[str, list]]:
 def _warm(cfg: WorkerConfig) -> None:
     import pyarrow  # noqa: F401
 
-    from .executor import _plan, sink_producer
+    from . import sink
+    from .executor import _plan
 
     _plan(cfg)  # imports the handler's module
-    _topic, producer = sink_producer(cfg)
+    _topic, producer = sink.producer_for(cfg.sink_kafka)
     if producer is not None:
         producer.list_topics(timeout=10)  # connected before the first batch needs it
     # The modules are long-lived: frozen, Python's full collections (every few retry batches

@@ -225,11 +225,3 @@ class TaskOrder:
 def held_count(by_partition: dict[str, dict]) -> int:
     """Messages held in the ledger's chains (wire form, as LedgerState.held)."""
     return sum(len(c.get("held") or ()) for chains in by_partition.values() for c in chains.values())
-
-
-def load_chains(max_held: int, by_partition: dict[str, dict]) -> HeldKeys:
-    """The ledger's chains ("partition" -> that partition's chains, wire form)."""
-    keys = HeldKeys(max_held)
-    for p, value in by_partition.items():
-        keys.load(int(p), value)
-    return keys

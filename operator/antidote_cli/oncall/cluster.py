@@ -12,12 +12,10 @@ from antidote_api.names import settings_configmap
 from antidote_api.types import GROUP, VERSION
 from antidote_api.wire import SETTINGS_KEY
 
+from ..errors import CliError  # noqa: F401 (the on-call modules' one error, re-exported)
+
 
 PLURAL = "queueconsumers"
-
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit code 1."""
 
 
 def settings_file(path):
@@ -29,6 +27,24 @@ def settings_file(path):
         return load_settings(path)
     except SettingsError as err:
         raise CliError(str(err)) from None
+
+
+def local_settings(args: argparse.Namespace, name: str | None, load: Any = None) -> Any:
+    """A local consumer's settings (`--settings FILE`, `-f MANIFEST`) instead of the
+    cluster's: flags that choose a cluster's consumer are refused (exit 2) rather than
+    ignored, unless they agree with the file (its name, its namespace)."""
+    from ..errors import usage_error
+
+    if getattr(args, "kubeconfig", None) or getattr(args, "context", None):
+        raise usage_error("--kubeconfig and --context are for a consumer in the cluster (CONSUMER); "
+                          "--settings and -f need no cluster")
+    s = load(args) if load is not None else settings_file(args.settings)
+    if name is not None and name != s.consumer:
+        raise usage_error(f"consumer {name!r}: these settings are consumer {s.namespace}/{s.consumer}'s")
+    if getattr(args, "namespace", None) and args.namespace != s.namespace:
+        raise usage_error(f"-n {args.namespace}: these settings are consumer {s.namespace}/{s.consumer}'s; "
+                          "-n chooses a consumer in the cluster (with CONSUMER)")
+    return s
 
 
 class Cluster:

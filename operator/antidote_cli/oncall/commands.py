@@ -23,9 +23,11 @@ from typing import Any
 from antidote_api.drain import DrainRequest
 from antidote_api.names import drain_job_name, reader_group_id
 from antidote_api.times import parse_iso
-from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, RESUME_ANNOTATION
+from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, READER_SOURCES, RESUME_ANNOTATION
 
-from .cluster import CliError, Cluster
+from ..errors import usage_error
+from ..output import add_output_arg, emit, machine
+from .cluster import CliError, Cluster, local_settings
 from .quarantine import PAYLOAD_CHARS, inspect_filter, read_topic
 from .held import held_json, read_held, render_held
 from .table import header_line, render_table, say
@@ -44,7 +46,7 @@ def _props(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise CliError(f"--kafka-property: {item!r} is not KEY=VALUE")
+            raise usage_error(f"--kafka-property: {item!r} is not KEY=VALUE")
         out[key] = value
     return out
 
@@ -53,20 +55,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     # The arguments first: a bad one is named before any cluster is asked.
     only = inspect_filter(error_classes=args.error_class or [], reasons=args.reason or [],
                           since=_since(args.since))
+    props = _props(args.kafka_property or [])
     k = Cluster(args)
     qc = k.consumer(args.consumer)
     s = k.settings(args.consumer)
-    topic = s.topics.dlq if args.dlq else s.topics.poison
+    topic = s.topics.dlq if args.source == "dlq" else s.topics.poison
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
     group = reader_group_id(s.namespace, s.consumer)
     rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
-                                      props=_props(args.kafka_property or []), only=only)
-    held = read_held(s, bootstrap, _props(args.kafka_property or [])) if s.ordering == "Key" else None
-    if args.output == "json":
-        print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
-                          "status": qc.get("status") or {}, "total": total, "matched": matched,
-                          "shown": len(rows), "messages": [asdict(r) for r in rows],
-                          "held": held_json(held) if held is not None else None}, indent=2))
+                                      props=props, only=only)
+    held = read_held(s, bootstrap, props) if s.ordering == "Key" else None
+    if emit(args, {"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
+                   "status": qc.get("status") or {}, "total": total, "matched": matched,
+                   "shown": len(rows), "messages": [asdict(r) for r in rows],
+                   "held": held_json(held) if held is not None else None}, indent=2):
         return 0
     # Wrapped, not cut: the conditions say why the consumer stopped.
     say(header_line(qc))
@@ -108,10 +110,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     k.patch_consumer(args.consumer, body)
     did = [f"annotated {RESUME_ANNOTATION}={stamp}"] + (["set spec.paused to false"] if paused else [])
     why = f"disabled ({qd.get('reason')})" if disabled else ("paused" if paused else "not paused (--force)")
-    if args.output == "json":
-        print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "was": why,
-                          "annotation": {RESUME_ANNOTATION: stamp}, "unpaused": paused}))
-    else:
+    if not emit(args, {"consumer": args.consumer, "namespace": k.namespace, "was": why,
+                       "annotation": {RESUME_ANNOTATION: stamp}, "unpaused": paused}):
         say(f'queueconsumer "{args.consumer}" was {why}: {" and ".join(did)}; the operator re-enables '
             "the queue and removes the annotation")
     return 0
@@ -124,7 +124,7 @@ def drain_request(args: argparse.Namespace) -> Any:
     return DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
                         reasons=tuple(args.reason or ()), since=since and since.isoformat(),
                         until=until and until.isoformat(), rate=args.rate, dry_run=args.dry_run,
-                        source="dlq" if getattr(args, "dlq", False) else None)
+                        source="dlq" if getattr(args, "source", None) == "dlq" else None)
 
 
 def job_report(k: Cluster, job: Any) -> str | None:
@@ -151,13 +151,11 @@ def cmd_drain(args: argparse.Namespace) -> int:
     k.patch_consumer(args.consumer, {"metadata": {"annotations": {DRAIN_ANNOTATION: req.annotation()}}})
     name = drain_job_name(args.consumer, req.id)
     if not args.wait:
-        if args.output == "json":
-            print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "request": req.id, "job": name}))
-        else:
+        if not emit(args, {"consumer": args.consumer, "namespace": k.namespace, "request": req.id, "job": name}):
             say(f'drain requested on queueconsumer "{args.consumer}" ({DRAIN_ANNOTATION}={req.id}); '
                 f"the operator starts Job {name}")
         return 0
-    if args.output != "json":
+    if not machine(args):
         print(f"drain requested ({req.id}); waiting for Job {name}...", file=sys.stderr)
     deadline = time.monotonic() + args.timeout
     entry: Mapping[str, Any] | None = None
@@ -165,7 +163,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     while time.monotonic() < deadline:
         qc = k.consumer(args.consumer)
         entry = next((e for e in (qc.get("status") or {}).get("readerJobs") or [] if e.get("name") == name), None)
-        if entry is not None and entry.get("phase") != last_phase and args.output != "json":
+        if entry is not None and entry.get("phase") != last_phase and not machine(args):
             last_phase = entry.get("phase")
             print(f"Job {name}: {last_phase}", file=sys.stderr)
         if entry is not None and entry.get("phase") in ("Succeeded", "Failed"):
@@ -177,59 +175,51 @@ def cmd_drain(args: argparse.Namespace) -> int:
                           f"(it is {entry.get('phase')})"))
     job = k.call(k.batch.read_namespaced_job, name, k.namespace, missing=f"Job {name} is gone")
     report = job_report(k, job)
-    if args.output == "json":
-        try:
-            rep: Any = json.loads(report) if report else None
-        except ValueError:
-            rep = report
-        print(json.dumps({"consumer": args.consumer, "namespace": k.namespace, "job": name,
-                          "phase": entry["phase"], "message": entry.get("message"), "report": rep}, indent=2))
-    else:
+    try:
+        rep: Any = json.loads(report) if report else None
+    except ValueError:
+        rep = report
+    if not emit(args, {"consumer": args.consumer, "namespace": k.namespace, "job": name,
+                       "phase": entry["phase"], "message": entry.get("message"), "report": rep}, indent=2):
         print(f"Job {name} {entry['phase']}: {entry.get('message')}")
         if report:
             print(report.strip())
     return 0 if entry["phase"] == "Succeeded" else 1
 
 
-def cmd_redrive(args: argparse.Namespace, local_run: Any = None) -> int:
+def cmd_redrive(args: argparse.Namespace) -> int:
     """`redrive <consumer>`: the reader with action Redrive, run in this process with the
-    consumer's settings from the cluster (so its Kafka must be reachable from here)."""
-    if args.name is None:
-        if local_run is not None and (getattr(args, "settings", None) or getattr(args, "consumer", None)):
-            return local_run(args)  # `antidote redrive --settings FILE`: the reader's own form
-        raise CliError("name a consumer (antidote redrive CONSUMER -n NS) or give --settings/--consumer manifests")
-    if getattr(args, "settings", None) or getattr(args, "consumer", None):
-        raise CliError("give either a consumer name or --settings/--consumer, not both")
-    k = Cluster(args)
-    k.consumer(args.name)
-    s = k.settings(args.name)
-    if args.bootstrap_servers:
-        s = s.model_copy(update={"source": s.source.model_copy(update={"bootstrap_servers": args.bootstrap_servers})})
-    if args.kafka_property:
-        raise CliError("--kafka-property is not supported by redrive yet (the reader reads client "
-                       "properties from the consumer's mounted secret); run it in the cluster with "
-                       f"`antidote drain {args.name} --action Redrive`")
+    consumer's settings from the cluster (so its Kafka must be reachable from here); or
+    `redrive --settings FILE | -f MANIFEST`, the same on local files. Every flag given is
+    honoured in both forms, or refused."""
+    local = bool(getattr(args, "settings", None) or getattr(args, "consumer", None))
+    if args.name is None and not local:
+        raise usage_error("name a consumer (antidote redrive CONSUMER -n NS) or give --settings FILE "
+                          "or -f MANIFEST")
+    if args.name is not None and local:
+        raise usage_error("give either a consumer name or --settings/-f, not both")
     try:
         from antidote_cli import reader as reader_cli
-        from antidote_consumer.reader.run import run_reader
-        from antidote_consumer.reader.rules import ReaderError
     except ImportError:
         raise CliError("this antidote has no poison reader (antidote_consumer.reader); use "
                        f"`antidote drain {args.name} --action Redrive` to run it in the cluster") from None
-    import logging
-    import threading
+    if local:
+        from antidote_consumer.settings import SettingsError
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stop = threading.Event()
-    try:
-        report = run_reader(s, reader_cli.options(args), stop=stop)
-    except ReaderError as err:
-        raise CliError(str(err)) from None
-    except KeyboardInterrupt:
-        stop.set()
-        raise
-    return reader_cli.finish(report, args)
+        def load(args: argparse.Namespace) -> Any:
+            try:
+                return reader_cli.load(args)
+            except SettingsError as err:
+                raise CliError(str(err), reader_cli.EXIT_BAD_SETTINGS) from None
+
+        s = local_settings(args, None, load)
+    else:
+        k = Cluster(args)
+        k.consumer(args.name)
+        s = k.settings(args.name)
+    if args.bootstrap_servers:
+        s = s.model_copy(update={"source": s.source.model_copy(update={"bootstrap_servers": args.bootstrap_servers})})
+    return reader_cli.run_with(args, s, _props(args.kafka_property or []))
 
 
 # --- the parser -------------------------------------------------------------------------------------
@@ -239,7 +229,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--namespace", default=None, help="its namespace (default: the context's)")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    add_output_arg(p)
 
 
 def _filters(p: argparse.ArgumentParser, until: bool = True) -> None:
@@ -248,6 +238,13 @@ def _filters(p: argparse.ArgumentParser, until: bool = True) -> None:
     p.add_argument("--since", metavar="ISO", help="only messages that failed at or after this time")
     if until:
         p.add_argument("--until", metavar="ISO", help="only messages that failed before this time")
+
+
+def _source(p: argparse.ArgumentParser) -> None:
+    """`--from poison|dlq`, as the reader's and its Jobs' flag; `--dlq` is its alias."""
+    p.add_argument("--from", dest="source", choices=READER_SOURCES, default="poison",
+                   help="read the poison topic (default) or the dead-letter topic")
+    p.add_argument("--dlq", dest="source", action="store_const", const="dlq", help="alias of --from dlq")
 
 
 def _kafka(p: argparse.ArgumentParser) -> None:
@@ -264,15 +261,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     _common(p)
     _filters(p, until=False)
     _kafka(p)
-    p.add_argument("--dlq", action="store_true", help="read the dead-letter topic instead of the poison topic")
+    _source(p)
     p.add_argument("--limit", type=int, default=50, help="show at most this many (default 50)")
     p.add_argument("--show-payload", action="store_true", help="show each value (cut to 40 characters)")
-    p.set_defaults(run=_guard(cmd_inspect))
+    p.set_defaults(run=cmd_inspect)
 
     p = commands.add_parser("resume", help="resume a disabled or paused consumer")
     _common(p)
     p.add_argument("--force", action="store_true", help="annotate even if it is neither paused nor disabled")
-    p.set_defaults(run=_guard(cmd_resume))
+    p.set_defaults(run=cmd_resume)
 
     p = commands.add_parser("drain", help="start a poison-reader Job in the cluster now")
     _common(p)
@@ -281,11 +278,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="what the Job does (default: the policy's reader.action)")
     p.add_argument("--rate", type=int, default=None, help="messages per second at most")
     p.add_argument("--dry-run", action="store_true", help="report what it would do; change nothing")
-    p.add_argument("--dlq", action="store_true", help="read the dead-letter topic instead")
+    _source(p)
     p.add_argument("--request-id", default=None, help="the request id (default: the time and 4 random hex digits)")
     p.add_argument("--wait", action="store_true", help="follow the Job to its end and print its report")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds --wait waits (default 900)")
-    p.set_defaults(run=_guard(cmd_drain))
+    p.set_defaults(run=cmd_drain)
 
     _register_redrive(commands)
 
@@ -293,37 +290,17 @@ def register(commands: argparse._SubParsersAction) -> None:
 def _register_redrive(commands: argparse._SubParsersAction) -> None:
     """`redrive CONSUMER` joins the reader's `redrive --settings FILE` (antidote_cli.reader,
     registered first): one command, two ways to name the consumer."""
-    p = commands.choices.get("redrive")
-    local_run = None
-    if p is None:  # no reader in this build: the command says so when run
-        p = commands.add_parser("redrive", help="send a consumer's poison messages back to its topic")
-        p.add_argument("--rate", type=int, default=None)
-        p.add_argument("--dry-run", action="store_true")
-        _filters(p)
-        p.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    else:
-        local_run = p.get_default("run")
-        for group in p._mutually_exclusive_groups:  # --settings|--consumer: now one of three ways
-            group.required = False
+    p = commands.choices["redrive"]
+    for group in p._mutually_exclusive_groups:  # --settings|-f: now one of three ways
+        group.required = False
     p.description = ("Redrive poison messages to the source topic (the reader with action Redrive). "
                      "With CONSUMER, its settings come from the cluster (ConfigMap CONSUMER-settings) "
                      "and the reader runs here, so its Kafka must be reachable from here; "
-                     "`antidote drain CONSUMER --action Redrive` runs it in the cluster instead.")
+                     "`antidote drain CONSUMER --action Redrive` runs it in the cluster instead. "
+                     "With --settings FILE or -f MANIFEST, the same on local files.")
     p.add_argument("name", nargs="?", metavar="CONSUMER", help="the QueueConsumer (in the cluster)")
     p.add_argument("-n", "--namespace", default=None, help="its namespace (default: the context's)")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file")
     p.add_argument("--context", default=None, help="kubeconfig context")
     _kafka(p)
-    p.set_defaults(run=_guard(lambda args: cmd_redrive(args, local_run)))
-
-
-def _guard(fn: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except CliError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
-    return run
+    p.set_defaults(run=cmd_redrive)

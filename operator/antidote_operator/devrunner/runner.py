@@ -4,7 +4,6 @@ Deployment and per reader Job it observes."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,5 +61,3 @@ class DevRunner:
         if self.targets is not None:
             self.targets.close()  # this operator's own file too
 
-    def cleanup_files(self) -> None:
-        shutil.rmtree(self.base, ignore_errors=True)

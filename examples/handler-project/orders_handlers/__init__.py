@@ -1,0 +1,1 @@
+"""A team's handlers: copy examples/handler-project/ and rename the package."""
