@@ -86,3 +86,24 @@ def test_env_from_a_secret_reaches_the_handler_in_the_executor_pods(cluster: Clu
         assert ran_in <= {p.metadata.name for p in executors}, (ran_in, [p.metadata.name for p in executors])
         c.no_pod_security_refusals()
     print(f"node: {n} messages with the Secret's value from executor pods {sorted(ran_in)}")
+
+
+def test_a_missing_secret_key_is_reported_in_ready_then_the_driver_starts_once_it_exists(cluster: Cluster) -> None:
+    """The kubelet does not create a container whose env names a key its Secret lacks
+    (CreateContainerConfigError): Ready says so, naming the Secret and the key, with a Warning
+    Event; once the key exists the kubelet starts the driver, with nothing else done."""
+    c = cluster
+    c.core.create_namespaced_secret(c.ns, {"metadata": {"name": "half-secret"}, "stringData": {"user": "app"}})
+    source = f"miss-{uuid.uuid4().hex[:6]}"
+    c.topics(source)
+    env = [{"name": "APP_SECRET", "valueFrom": {"secretKeyRef": {"name": "half-secret", "key": "password"}}}]
+    with c.consumer("envmiss", source, "antidote_test_handlers:with_env", {"retries": {"immediate": 0, "cycles": 0}},
+                    env=env):
+        wait("Ready=False CreateContainerConfigError",
+             lambda: c.condition("envmiss", "Ready") == ("False", "CreateContainerConfigError"), 180)
+        (ready,) = [x for x in c.qc("envmiss")["status"]["conditions"] if x["type"] == "Ready"]
+        assert "password" in ready["message"] and "half-secret" in ready["message"], ready
+        assert [e.type for e in c.events("envmiss") if e.reason == "CreateContainerConfigError"] == ["Warning"]
+        c.core.patch_namespaced_secret("half-secret", c.ns, {"stringData": {"password": "now-here"}})
+        wait("the driver pod Running once the key exists", lambda: c.running("envmiss", "driver", 1), 180)
+        print(f"node: missing key reported as {ready['reason']}: {ready['message']}")
