@@ -388,7 +388,8 @@ def test_the_operator_describes_each_driver_and_keeps_the_description_current(ap
         assert wait_for(lambda: described("old"), "the older driver ServiceAccount described") == {
             builders.EXECUTOR_SA_ANNOTATION: "old-executor",
             builders.EXECUTOR_IMAGE_ANNOTATION: RenderOptions().image,
-            builders.EXECUTOR_SECRETS_ANNOTATION: "old-spark-auth"}
+            builders.EXECUTOR_SECRETS_ANNOTATION: "old-spark-auth",
+            builders.EXECUTOR_PULL_SECRETS_ANNOTATION: ""}
         assert wait_for(lambda: described("new"), "the new driver ServiceAccount described")[
             builders.EXECUTOR_IMAGE_ANNOTATION] == "shop/new:1"
         k.patch("queueconsumers", "new", {"spec": {"spark": {"image": "shop/new:2"}}})
