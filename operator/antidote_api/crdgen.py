@@ -146,6 +146,8 @@ def flatten(node: dict[str, Any], defs: dict[str, Any], where: str = "") -> dict
     for key, value in node.items():
         if key in _DROP:
             continue
+        if key == "propertyNames":  # a constrained dict key: the API server refuses the CRD
+            raise ValueError(f"{where}: a structural schema has no propertyNames (constrain the values only)")
         if key == "additionalProperties":
             if isinstance(value, dict):
                 out[key] = flatten(value, defs, f"{where}{{}}")

@@ -338,6 +338,24 @@ OWNED_FIELDS = {"ConfigMap": ("data",), "ServiceAccount": ("automountServiceAcco
 OWNED_ANNOTATIONS = {"ServiceAccount"}
 
 
+# On a ServiceAccount: the keys of the user's annotations the operator wrote (builders/common.py
+# USER_ANNOTATIONS_ANNOTATION; spelled out here, as the kube client imports no builder).
+USER_ANNOTATIONS = "antidote.dev/user-annotations"
+
+
+def stale_annotations(desired: Mapping[str, Any], have: Mapping[str, Any]) -> dict[str, None]:
+    """The annotations to remove from `have`: keys the operator wrote from the spec before
+    (listed in USER_ANNOTATIONS) that `desired` no longer has, and that list itself when
+    `desired` has none. Other annotations on the server are never removed."""
+    want = (desired.get("metadata") or {}).get("annotations") or {}
+    had = (have.get("metadata") or {}).get("annotations") or {}
+    listed = [k for k in (had.get(USER_ANNOTATIONS) or "").split(",") if k]
+    stale = {k: None for k in listed if k in had and k not in want}
+    if USER_ANNOTATIONS in had and USER_ANNOTATIONS not in want:
+        stale[USER_ANNOTATIONS] = None
+    return stale
+
+
 def owned_part(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The fields `apply` compares and writes (and, for `listed_children`, the uid)."""
     meta = obj.get("metadata", {})
@@ -389,8 +407,11 @@ async def apply(kube: Kube, desired: Mapping[str, Any], *, create_first: bool = 
         await kube.delete(kind, ns, name, uid=uid)
         await kube.create(kind, ns, desired)
         return "updated"
-    if is_subset(want, have):
+    stale = stale_annotations(desired, have) if desired["kind"] in OWNED_ANNOTATIONS else {}
+    if not stale and is_subset(want, have):
         return "unchanged"
+    if stale:  # a merge patch's null removes the key
+        want["metadata"]["annotations"] = {**want["metadata"].get("annotations", {}), **stale}
     if uid:
         want["metadata"]["uid"] = uid
     await kube.patch(kind, ns, name, want)

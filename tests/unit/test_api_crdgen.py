@@ -161,3 +161,17 @@ def test_cli_writes_every_generated_file(tmp_path, capsys: pytest.CaptureFixture
     assert main(["crds", "--write", "--root", str(tmp_path)]) == 0
     assert "unchanged docs/api.md" in capsys.readouterr().out
     assert main(["crds", "--write", "--root", str(tmp_path / "nowhere")]) == 1
+
+
+def test_a_map_with_constrained_keys_is_refused_before_the_api_server_does() -> None:
+    from typing import Annotated
+
+    from pydantic import StringConstraints
+
+    from antidote_api.base import ApiModel
+
+    class Keys(ApiModel):
+        m: dict[Annotated[str, StringConstraints(max_length=3)], str]
+
+    with pytest.raises(ValueError, match="propertyNames"):
+        crdgen.json_schema(Keys)
