@@ -83,3 +83,16 @@ def test_dev_env_names_the_server_its_keys_and_bucket_and_adds_the_jars() -> Non
     assert (env["ANTIDOTE_S3_ENDPOINT"], env["ANTIDOTE_S3_BUCKET"]) == ("http://h:4", s3.BUCKET)
     assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (s3.ACCESS_KEY, s3.SECRET_KEY)
     assert Stack(**base, s3_endpoint="http://h:4").processes[-1] == s3.NAME
+
+
+def test_s3a_credentials_add_web_identity_to_hadoops_default_unless_the_conf_chooses() -> None:
+    from antidote_consumer.s3a import PROVIDERS_CONF, credential_providers
+
+    chain = credential_providers({})[PROVIDERS_CONF].split(",")
+    # The AWS SDK's order: the environment's keys, then the web identity token (IRSA), then
+    # the instance's role; Hadoop's own settings-based providers first, as in its default.
+    names = [c.rsplit(".", 1)[1] for c in chain]
+    assert names == ["TemporaryAWSCredentialsProvider", "SimpleAWSCredentialsProvider",
+                     "EnvironmentVariableCredentialsProvider",
+                     "WebIdentityTokenFileCredentialsProvider", "IAMInstanceCredentialsProvider"]
+    assert credential_providers({PROVIDERS_CONF: "x.Mine"}) == {}
