@@ -288,7 +288,9 @@ def down(state_dir: Path | None = None) -> list[str]:
 def _stop(state_dir: Path) -> list[str]:
     """The node's processes first (clients of the API server), then the stack's, then the
     node's bridge, whose address the API server and Kafka are bound to until they stop."""
-    stopped = nodes.stop_processes(state_dir) + Supervisor(state_dir).stop_all()
+    sup = Supervisor(state_dir)
+    s3 = [s3server.NAME] if s3server.stop(sup) else []
+    stopped = nodes.stop_processes(state_dir) + s3 + sup.stop_all()
     nodes.teardown(state_dir)
     return stopped
 

@@ -73,10 +73,10 @@ def server_for(stack: devstack.Stack) -> Iterator[S3]:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     state_dir = cache_dir() / ("test-s3" + (f"-{worker}" if worker else ""))
     sup = Supervisor(state_dir)
-    sup.stop_all()  # what a crashed earlier session left
+    s3server.stop(sup)  # what a crashed earlier session left
     artefacts = build.build_all(build.DEFAULT_BINARIES, s3=True)
     try:
         server = s3server.start(sup, state_dir, artefacts["weed"], stack.host)
         yield S3(server, sorted(str(p) for p in artefacts["s3-jars"].glob("*.jar")))
     finally:
-        sup.stop_all()
+        s3server.stop(sup)
