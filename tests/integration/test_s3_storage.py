@@ -2,11 +2,15 @@
 (SeaweedFS, `antidote dev up --s3`), through the S3A jars the consumer image carries
 (hack/s3/pom.xml), with credentials from the environment's AWS variables and the endpoint
 in `spec.spark.conf`. Killed with SIGKILL mid-batch and restarted, it loses nothing and
-quarantines nothing twice. Real broker, real local Spark, real S3 server."""
+quarantines nothing twice; then the reader archives what it quarantined to S3. Real
+broker, real local Spark, real S3 server."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
 from antidote_api.names import ledger_topic
@@ -21,7 +25,7 @@ CODE_PATH = os.pathsep.join(str(cu.REPO / d) for d in ("", "operator", "consumer
 POLICY = {"retries": {"immediate": 0, "cycles": 0}}
 
 
-def test_a_consumer_with_its_checkpoint_and_sink_on_s3_survives_sigkill_and_quarantines_once(
+def test_a_consumer_with_its_checkpoint_and_sink_on_s3_survives_sigkill_and_quarantines_once_then_is_archived(
         stack, s3, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
     source = topic_factory(partitions=2)
     n, gate = 120, 70
@@ -33,9 +37,11 @@ def test_a_consumer_with_its_checkpoint_and_sink_on_s3_survives_sigkill_and_quar
     (at,) = [w for w, r in src.items() if b"gate" in r.value]
     folder = s3.prefix("s3-consumer")
     ckpt, out = f"s3a://{folder}/checkpoint", f"s3a://{folder}/out"
+    archive = {"action": "Archive", "archive": {"path": f"s3a://{folder}/archive"}}
     args = cu.write_manifests(
         tmp_path, name="s3proc", namespace="tests", bootstrap=kafka_bootstrap, source=source,
-        handler="tests.integration.handlers:gated_slow_upper", policy=POLICY, max_batch=15,
+        handler="tests.integration.handlers:gated_slow_upper", policy={**POLICY, "reader": archive},
+        max_batch=15,
         extra={"checkpoint": {"location": ckpt}, "sink": {"path": out, "format": "parquet"},
                "spark": {"conf": s3.spark_conf()}})
     s = cu.settings(kafka_bootstrap, source, tmp_path, policy=POLICY, name="s3proc")
@@ -73,3 +79,14 @@ def test_a_consumer_with_its_checkpoint_and_sink_on_s3_survives_sigkill_and_quar
     assert Counter(s3.parquet_values(f"{folder}/out")) == expected
     state = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
     assert (state.counts["processed"], state.counts["moved"]) == (n - len(bad), len(bad))
+
+    # The reader's Archive (its own local Spark, the same settings) writes the poison topic
+    # to Parquet on S3: every quarantined message once, with its original position.
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "antidote_cli.main", "reader", *args, "-o", "json",
+                           "--report-file", str(report)], cwd=cu.REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(report.read_text())["archived"] == len(bad)
+    archived = s3.parquet_values(f"{folder}/archive", "original_offset")
+    assert sorted(archived) == sorted(o for _, o in bad)
