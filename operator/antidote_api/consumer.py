@@ -12,6 +12,8 @@ from . import autoscale as autoscaling, spark_conf
 from .autoscale import Autoscale, ExecutorScale
 from .base import ApiModel, Rule
 from .conditions import Conditions
+from .handler_env import ConfigMapVolumeSource, EnvFromSource, EnvVar, SecretVolumeSource
+from .placement import Annotations, Placement, annotations_rule
 from .wire import OPERATOR_MOUNT_ROOTS
 from .types import (API_VERSION, ApiVersionField, Bootstrap, Disposition, Handler, Int64, KindField,
                     Memory, Metadata, ObjectName, PoisonReason, StringMap, TopicName, seed)
@@ -68,22 +70,44 @@ class Sink(ApiModel):
     )
 
 
-class SparkDriver(ApiModel):
+_SA_ANNOTATIONS = ("Annotations of the {who}'s ServiceAccount, for cloud identity: IRSA's "
+                   "`eks.amazonaws.com/role-arn`, GKE's `iam.gke.io/gcp-service-account`. Keys "
+                   "under `antidote.dev/` are the operator's own and refused.")
+_OVERRIDES = (" Each placement field (nodeSelector, tolerations, affinity, priorityClassName) "
+              "set here replaces spec.spark's for the {who}.")
+
+
+class SparkDriver(Placement):
     cores: int = Field(1, ge=1, le=64, description="CPU cores of the driver.")
     memory: Memory = Field("1g", description="Driver memory, Spark notation (`512m`, `2g`).")
+    service_account_annotations: Annotations | None = Field(
+        None, description=_SA_ANNOTATIONS.format(who="driver") + _OVERRIDES.format(who="driver pod"))
+
+    rules = (annotations_rule("serviceAccountAnnotations"),)
 
 
-class SparkExecutor(ApiModel):
+class SparkExecutor(Placement):
     instances: int = Field(1, ge=1, le=1000, description="Number of executor pods.")
     cores: int = Field(1, ge=1, le=64, description="CPU cores per executor.")
     memory: Memory = Field("1g", description="Memory per executor, Spark notation (`512m`, `2g`).")
+    service_account_annotations: Annotations | None = Field(
+        None, description=_SA_ANNOTATIONS.format(who="executors") + " Executors mount no API "
+                          "token whatever the annotations." + _OVERRIDES.format(who="executor pods"))
+
+    rules = (annotations_rule("serviceAccountAnnotations"),)
 
 
-class Spark(ApiModel):
+class Spark(Placement):
     image: str | None = Field(
         None, min_length=1, max_length=512,
         description="Container image of driver and executors. Default: the operator's consumer image.",
         json_schema_extra=seed("spark-operator SparkApplication.spec.image"))
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        None, max_length=16,
+        description="Secrets (docker-registry, same namespace) to pull `image` with: driver, "
+                    "executors and reader Jobs. The placement fields below apply to the driver, "
+                    "its reader Jobs and the executors; spec.spark.driver and .executor override them.",
+        json_schema_extra=seed("PodSpec.imagePullSecrets"))
     driver: SparkDriver = Field(default_factory=SparkDriver, description="The driver (runs `antidote consumer`).")
     executor: SparkExecutor = Field(default_factory=SparkExecutor, description="The executors.")
     autoscale: Autoscale | None = Field(
@@ -133,13 +157,20 @@ def _under_operator_mount(path: str) -> bool:
     return any(path == r or path.startswith(r + "/") for r in OPERATOR_MOUNT_ROOTS)
 
 
-class ClaimVolume(ApiModel):
-    # 57: the pods name it `claim-<name>`, a DNS label of at most 63.
+class Volume(ApiModel):
+    # 57: the pods name it `claim-<name>` (or `user-<name>`), a DNS label of at most 63.
     name: str = Field(min_length=1, max_length=57, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
                       description="Name of the volume (lowercase letters, digits and `-`).")
-    claim_name: ObjectName = Field(
-        description="The PersistentVolumeClaim (same namespace) to mount. Created by you; "
-                    "the operator never creates, owns or deletes claims.")
+    claim_name: ObjectName | None = Field(
+        None,
+        description="A PersistentVolumeClaim (same namespace) to mount in the driver and reader "
+                    "Job pods. Created by you; the operator never creates, owns or deletes claims.")
+    secret: SecretVolumeSource | None = Field(
+        None, description="A Secret (same namespace) to mount where the handler runs: the driver "
+                          "and every executor. Always read-only.")
+    config_map: ConfigMapVolumeSource | None = Field(
+        None, description="A ConfigMap (same namespace) to mount where the handler runs: the "
+                          "driver and every executor. Always read-only.")
     mount_path: str = Field(
         max_length=1024, pattern=MOUNT_PATH_PATTERN,
         description="Absolute directory it is mounted at, e.g. `/var/lib/antidote`; not under "
@@ -150,7 +181,20 @@ class ClaimVolume(ApiModel):
         Rule(f"!{_ROOTS_CEL}.exists(r, self.mountPath == r || self.mountPath.startsWith(r + '/'))",
              "must not be at or under " + " or ".join(OPERATOR_MOUNT_ROOTS) + " (the operator's mounts)",
              lambda v: not _under_operator_mount(v.mount_path), field="mountPath"),
+        # On claimName, where a spec written before secret and configMap existed missed it.
+        Rule("[has(self.claimName), has(self.secret), has(self.configMap)].filter(x, x).size() == 1",
+             "needs exactly one of claimName, secret or configMap",
+             lambda v: [v.claim_name, v.secret, v.config_map].count(None) == 2, field="claimName"),
     )
+
+    @property
+    def handler_side(self) -> bool:
+        """Mounted where the handler runs (driver and executors) rather than where the
+        driver and reader keep state (driver and reader Jobs)."""
+        return self.claim_name is None
+
+
+ClaimVolume = Volume  # its name before Secret and ConfigMap volumes
 
 
 class QueueConsumerSpec(ApiModel):
@@ -180,12 +224,26 @@ class QueueConsumerSpec(ApiModel):
         description="With ordering Key, the most messages held behind one key. One more is moved "
                     "to the poison topic with reason `held-overflow` (whatever the disposition: "
                     "it is never dropped, and can be redriven); the partition's other keys go on.")
-    volumes: list[ClaimVolume] | None = Field(
+    volumes: list[Volume] | None = Field(
         None, max_length=16,
         description="PersistentVolumeClaims mounted in the driver pod and in reader Job pods "
                     "(not in executors, which run the handler): where `checkpoint.location` and a "
-                    "reader's `archive.path` can be a directory that outlives the pod. See docs/consumer.md, \"Volumes\".",
+                    "reader's `archive.path` can be a directory that outlives the pod; and Secrets "
+                    "and ConfigMaps mounted where the handler runs (the driver and every executor). "
+                    "See docs/consumer.md, \"Volumes\" and \"The handler's environment\".",
         json_schema_extra=seed("spark-operator spec.volumes + driver.volumeMounts"))
+    env: list[EnvVar] | None = Field(
+        None, max_length=64,
+        description="Environment variables of the handler, in the driver and every executor (and "
+                    "the dev runner's processes). Secrets and ConfigMaps of the consumer's namespace "
+                    "only. See docs/consumer.md, \"The handler's environment\".",
+        json_schema_extra=seed("PodSpec containers[].env"))
+    env_from: list[EnvFromSource] | None = Field(
+        None, max_length=16,
+        description="Every key of a Secret or ConfigMap (same namespace) as an environment "
+                    "variable of the handler, as `env`. A key that is a reserved name is overridden "
+                    "by the operator's own variable.",
+        json_schema_extra=seed("PodSpec containers[].envFrom"))
 
     rules = (
         Rule("!has(self.volumes) || self.volumes.all(a, self.volumes.exists_one(b, b.name == a.name))",

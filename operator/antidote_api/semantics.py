@@ -12,6 +12,7 @@ import jsonschema
 from pydantic import Field
 
 from .base import ApiModel
+from .handler_env import EnvFromSource, EnvVar
 from .consumer import Checkpoint, ClaimVolume, KafkaSink, KafkaSource, QueueConsumerSpec, Spark
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
@@ -189,6 +190,9 @@ class EffectiveSettings(ApiModel):
     volumes: list[ClaimVolume] | None = Field(
         None, description="PersistentVolumeClaims mounted in the driver and reader pods "
                           "(QueueConsumer spec.volumes).")
+    # The handler's environment (QueueConsumer spec.env, spec.envFrom); None when unset, as volumes.
+    env: list[EnvVar] | None = Field(None, description="QueueConsumer spec.env.")
+    env_from: list[EnvFromSource] | None = Field(None, description="QueueConsumer spec.envFrom.")
     native_headers: list[NativeHeaderSet] = Field(
         default_factory=list, description="Kafka-native error header sets also written on "
                                           "quarantined records (the policy's nativeHeaders).")
@@ -230,5 +234,5 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
         topics=topics(policy, consumer.source.kafka.topic),
         queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader,
         ordering=consumer.ordering, max_held_per_key=consumer.max_held_per_key,
-        volumes=consumer.volumes,
+        volumes=consumer.volumes, env=consumer.env, env_from=consumer.env_from,
         native_headers=list(policy.native_headers))

@@ -169,3 +169,15 @@ def gated_slow_upper(msg):
             time.sleep(0.01)
         return msg.value.upper()
     return slow_upper(msg)
+
+
+def with_env(msg):
+    """The value, then the handler's environment (spec.env, spec.envFrom): `APP_SECRET` (from
+    a Secret) and `CFG_region` (a ConfigMap's key with prefix CFG_), then the host it ran on (a
+    pod's name), `|`-separated: a test sees in the sink record what reached the process that
+    ran the handler, and where that process was."""
+    import socket
+
+    _record(msg)
+    got = [os.environ.get(name, "<unset>") for name in ("APP_SECRET", "CFG_region")]
+    return b"|".join([msg.value or b"", *(g.encode() for g in got), socket.gethostname().encode()])

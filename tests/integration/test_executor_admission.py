@@ -36,23 +36,23 @@ pytestmark = pytest.mark.integration
 IMAGE = "reg.example/shop/orders-consumer:7"
 
 
-def _settings(namespace: str):
+def _settings(namespace: str, **over: Any):
     spec = QueueConsumerSpec.model_validate({
         "policyRef": {"name": "p"}, "handler": "shop.orders:handle",
         "source": {"kafka": {"bootstrapServers": "kafka:9092", "topic": "orders",
                              "secretRef": {"name": "kafka-creds"}}},
-        "checkpoint": {"location": "s3a://ckpt/orders"}, "spark": {"image": IMAGE}})
+        "checkpoint": {"location": "s3a://ckpt/orders"}, "spark": {"image": IMAGE}, **over})
     return resolve(spec, PoisonPolicySpec(), name="orders", namespace=namespace)
 
 
 class Driver:
     """The consumer `orders`'s RBAC as the operator makes it, and a client with its token."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str):
+    def __init__(self, api_client: client.ApiClient, namespace: str, **spec: Any):
         self.ns = namespace
         self.role = f"antidote-spark-driver-{uuid.uuid4().hex[:6]}"
         self.opts = RenderOptions(driver_cluster_role=self.role)
-        self.settings = _settings(namespace)
+        self.settings = _settings(namespace, **spec)  # spec: QueueConsumer spec fields over the base
         owner = {"apiVersion": "antidote.dev/v1alpha1", "kind": "QueueConsumer",
                  "metadata": {"name": "orders", "namespace": namespace, "uid": "uid-1"}}
         self.kids = {(c["kind"], c["metadata"]["name"]): c for c in
@@ -188,8 +188,8 @@ def _forged(d: Driver) -> dict[str, tuple[dict[str, Any], str]]:
           lambda p, s, c: s.update(serviceAccountName="default"))
     forge("a token mounted", "(this pod: orders-executor, automountServiceAccountToken: true)",
           lambda p, s, c: s.update(automountServiceAccountToken=True))
-    forge("another Secret", "may only mount emptyDir and configMap volumes and the Secrets "
-          "kafka-creds,orders-spark-auth in its pods",
+    forge("another Secret", "may only mount emptyDir and configMap volumes, the Secrets "
+          "kafka-creds,orders-spark-auth and web-identity tokens",
           lambda p, s, c: s["volumes"].append({"name": "x", "secret": {"secretName": "other-consumer-creds"}}))
     forge("a Secret in env", "may only read the Secrets",
           lambda p, s, c: c["env"].append({"name": "X", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}))

@@ -18,6 +18,9 @@ SETTINGS_HASH = "antidote.dev/settings-hash"
 EXECUTOR_SA_ANNOTATION = "antidote.dev/executor-service-account"
 EXECUTOR_IMAGE_ANNOTATION = "antidote.dev/executor-image"
 EXECUTOR_SECRETS_ANNOTATION = "antidote.dev/executor-secrets"  # comma-separated names
+# spec.spark's imagePullSecrets (comma-separated; "" for none): the policy lets executor pods
+# name exactly these.
+EXECUTOR_PULL_SECRETS_ANNOTATION = "antidote.dev/executor-image-pull-secrets"
 
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
 EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"

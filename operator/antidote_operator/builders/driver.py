@@ -21,6 +21,7 @@ from antidote_api.names import child_names
 from antidote_api.wire import CONFIG_DIR, HEALTH_PATH, SETTINGS_KEY
 
 # The shared layout (common.py), also reachable from here for the modules that import it so.
+from . import handler_pods
 from .common import (  # noqa: F401
     LABEL_CONSUMER, SETTINGS_HASH, EXECUTOR_SA_ANNOTATION, EXECUTOR_IMAGE_ANNOTATION,
     EXECUTOR_SECRETS_ANNOTATION, SPARK_DEFAULTS_KEY, EXECUTOR_TEMPLATE_KEY,
@@ -39,9 +40,8 @@ def settings_document(settings: EffectiveSettings) -> str:
     # validation), so the exclude_none `wire()` form would not load back.
     # Fields added later are left out while unset, so the document (and the settings hash
     # that rolls the driver) of a consumer that does not use them stays what it was.
-    unset_new = {"volumes"} if settings.volumes is None else None
-    return yaml.dump(settings.model_dump(mode="json", by_alias=True, exclude=unset_new), Dumper=_Dumper,
-                     sort_keys=False)
+    doc = settings.model_dump(mode="json", by_alias=True)
+    return yaml.dump(handler_pods.without_unset_new(doc), Dumper=_Dumper, sort_keys=False)
 
 
 _SPARK_BYTES = {"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -170,21 +170,22 @@ def executor_pod_template(settings: EffectiveSettings, opts: RenderOptions) -> d
     """
     name = settings.consumer
     volume, mount = tmp_volume()
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        # Labels come from spark.kubernetes.executor.label.* (Spark adds its own too).
-        "metadata": {},
-        "spec": {
-            "serviceAccountName": child_names(name).executor_service_account,
-            "automountServiceAccountToken": False,
-            "securityContext": pod_security_context(opts),
-            "containers": [{"name": EXECUTOR_CONTAINER,
-                            "workingDir": TMP_DIR,
-                            "securityContext": container_security_context(),
-                            "volumeMounts": [mount]}],
-            "volumes": [volume],
-        },
+    container = {"name": EXECUTOR_CONTAINER, "workingDir": TMP_DIR,
+                 "securityContext": container_security_context(), "volumeMounts": [mount]}
+    # The handler's environment and volumes (spec.env, envFrom, Secret and ConfigMap volumes):
+    # Spark keeps the template container's env, envFrom and mounts and adds its own.
+    handler_pods.add_to_container(container, settings)
+    spec = {
+        "serviceAccountName": child_names(name).executor_service_account,
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security_context(opts),
+        "containers": [container],
+        "volumes": [volume],
     }
+    handler_pods.add_volumes(spec, settings)
+    handler_pods.add_placement(spec, settings, "executor")
+    # Labels come from spark.kubernetes.executor.label.* (Spark adds its own too).
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec}
 
 
 def config_data(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, str]:
@@ -208,8 +209,10 @@ def build_configmap(settings: EffectiveSettings, opts: RenderOptions) -> dict[st
 
 
 def executor_secrets(settings: EffectiveSettings) -> list[str]:
-    """The Secrets Spark mounts in each executor (`spark.kubernetes.executor.secrets.*`)."""
-    return sorted({*secret_names(settings), child_names(settings.consumer).spark_auth_secret})
+    """The Secrets an executor pod may use: those Spark mounts in each executor
+    (`spark.kubernetes.executor.secrets.*`) and those the handler's environment reads."""
+    return sorted({*secret_names(settings), child_names(settings.consumer).spark_auth_secret,
+                   *handler_pods.referenced_secrets(settings)})
 
 
 def build_service_account(settings: EffectiveSettings, opts: RenderOptions) -> dict[str, Any]:
@@ -217,17 +220,25 @@ def build_service_account(settings: EffectiveSettings, opts: RenderOptions) -> d
     Its annotations describe those executors, for the chart's admission policy: the same
     ServiceAccount, image and Secrets `spark_defaults` gives Spark."""
     consumer = settings.consumer
+    # The user's (spec.spark.driver.serviceAccountAnnotations, never under antidote.dev/), then
+    # the operator's own.
     return {"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": _meta(child_names(consumer).service_account, consumer, annotations={
+                **handler_pods.service_account_annotations(settings, "driver"),
+                **handler_pods.executor_annotations(settings),
                 EXECUTOR_SA_ANNOTATION: child_names(consumer).executor_service_account,
                 EXECUTOR_IMAGE_ANNOTATION: settings.spark.image or opts.image,
                 EXECUTOR_SECRETS_ANNOTATION: ",".join(executor_secrets(settings))})}
 
 
-def build_executor_service_account(consumer: str) -> dict[str, Any]:
-    """The executors': bound to nothing, and no token is mounted from it."""
+def build_executor_service_account(settings: EffectiveSettings) -> dict[str, Any]:
+    """The executors': bound to nothing, and no token is mounted from it (whatever identity
+    annotations spec.spark.executor.serviceAccountAnnotations gives it)."""
+    consumer = settings.consumer
+    annotations = handler_pods.service_account_annotations(settings, "executor")
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(child_names(consumer).executor_service_account, consumer),
+            "metadata": _meta(child_names(consumer).executor_service_account, consumer,
+                              **({"annotations": annotations} if annotations else {})),
             "automountServiceAccountToken": False}
 
 
@@ -306,6 +317,8 @@ def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
         for i, s in enumerate(secrets)]
     # Prefixed, so a user's volume name never meets one of the operator's ("settings", "tmp").
     for v in settings.volumes or []:
+        if v.handler_side:  # Secrets and ConfigMaps: where the handler runs (handler_pods)
+            continue
         volumes.append({"name": f"claim-{v.name}", "persistentVolumeClaim": {
             "claimName": v.claim_name, **({"readOnly": True} if v.read_only else {})}})
         mounts.append({"name": f"claim-{v.name}", "mountPath": v.mount_path,
@@ -351,6 +364,19 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
     }
+    handler_pods.add_to_container(container, settings)
+    pod_spec = {
+        "serviceAccountName": n.service_account,
+        # Spark's Kubernetes client in the driver needs the token (see
+        # docs/operator.md, "Security", for what else in the pod can read it).
+        "automountServiceAccountToken": True,
+        "terminationGracePeriodSeconds": opts.termination_grace_seconds,
+        "securityContext": pod_security_context(opts),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    handler_pods.add_volumes(pod_spec, settings)
+    handler_pods.add_placement(pod_spec, settings, "driver")
     pod_labels = labels(name)
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -366,16 +392,7 @@ def build_deployment(settings: EffectiveSettings, *, replicas: int, opts: Render
                              "annotations": {SETTINGS_HASH: config_hash,
                                              "prometheus.io/scrape": "true",
                                              "prometheus.io/port": str(opts.metrics_port)}},
-                "spec": {
-                    "serviceAccountName": n.service_account,
-                    # Spark's Kubernetes client in the driver needs the token (see
-                    # docs/operator.md, "Security", for what else in the pod can read it).
-                    "automountServiceAccountToken": True,
-                    "terminationGracePeriodSeconds": opts.termination_grace_seconds,
-                    "securityContext": pod_security_context(opts),
-                    "containers": [container],
-                    "volumes": volumes,
-                },
+                "spec": pod_spec,
             },
         },
     }
@@ -388,7 +405,7 @@ def build_children(owner: Mapping[str, Any], settings: EffectiveSettings, *, rep
     children = [
         cm,
         build_service_account(settings, opts),
-        build_executor_service_account(settings.consumer),
+        build_executor_service_account(settings),
         build_role_binding(settings.consumer, opts),
         build_service(settings.consumer, opts),
         build_deployment(settings, replicas=replicas, opts=opts, config_hash=settings_hash(cm["data"])),

@@ -16,6 +16,7 @@ from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import CONFIG_DIR, SETTINGS_KEY
 
 from .common import LABEL_CONSUMER, MANAGED_BY, RenderOptions, antidote_container
+from . import handler_pods
 from .driver import container_memory_mib, pod_security_context, quantity_mib, settings_volumes
 
 TRIGGER_LABEL = "antidote.dev/reader-trigger"
@@ -81,6 +82,18 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                             "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
     }
+    pod_spec = {
+        "serviceAccountName": reader_service_account(consumer),
+        "automountServiceAccountToken": False,
+        "restartPolicy": "Never",
+        # The driver's (fsGroup among it): a claim in spec.volumes that the
+        # driver can write, the reader can write too.
+        "securityContext": pod_security_context(opts),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    # The consumer's image and the driver's placement (it runs no handler: no handler env).
+    handler_pods.add_placement(pod_spec, settings, "driver")
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "labels": job_labels, "annotations": annotations},
@@ -90,16 +103,7 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
             "ttlSecondsAfterFinished": job_opts.ttl_seconds_after_finished,
             "template": {
                 "metadata": {"labels": {**job_labels}, "annotations": {ACTION_ANNOTATION: action}},
-                "spec": {
-                    "serviceAccountName": reader_service_account(consumer),
-                    "automountServiceAccountToken": False,
-                    "restartPolicy": "Never",
-                    # The driver's (fsGroup among it): a claim in spec.volumes that the
-                    # driver can write, the reader can write too.
-                    "securityContext": pod_security_context(opts),
-                    "containers": [container],
-                    "volumes": volumes,
-                },
+                "spec": pod_spec,
             },
         },
     }

@@ -14,14 +14,21 @@ from typing import Any
 
 import aiohttp
 
+from antidote_api.wire import ExitCode
 from antidote_devstack.procs import free_port
 
 from .. import kube
+from . import env as env_of
 from ..builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_METRICS,
                           DEV_RUNNER_PID)
 from .local import (BACKOFF, FINAL_EXITS, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _now,
                     _run_log_tail, jars_env, log, materialize_secrets, materialize_settings, translate)
+
+
+# The variables the runner sets itself (POD_NAME) or leaves out (SPARK_CONF_DIR: the cluster's
+# spark-defaults ask for executor pods).
+OWN_ENV = frozenset({"POD_NAME", "SPARK_CONF_DIR"})
 
 
 class _Runner(LocalRun):
@@ -99,8 +106,16 @@ class _Runner(LocalRun):
         port = free_port()
         argv, extra_env = translate(container, settings_path=str(settings), metrics_port=port,
                                     master=self.owner.master)
+        pod_name = f"{self.name}-dev-runner"
+        try:
+            # The handler's env and envFrom (spec.env, spec.envFrom), read as the kubelet would.
+            handler_env = await env_of.resolve(k, self.ns, spec, container, pod_name=pod_name,
+                                               uid=self.body["metadata"].get("uid", ""), skip=OWN_ENV)
+        except env_of.MissingRef as err:
+            await self.refuse(str(err))
+            return
         secrets = await materialize_secrets(k, self.ns, spec, container, self.dir)
-        env = {**os.environ, **jars_env(), **extra_env, "POD_NAME": f"{self.name}-dev-runner",
+        env = {**os.environ, **jars_env(), **handler_env, **extra_env, "POD_NAME": pod_name,
                "ANTIDOTE_DEV_RUNNER": "1", SECRETS_DIR_ENV: secrets}
         logfile = self.dir / "consumer.log"
         with logfile.open("ab") as out:
@@ -166,6 +181,20 @@ class _Runner(LocalRun):
         except Exception as err:  # noqa: BLE001 - e.g. the Deployment is gone
             log.info("dev runner: could not report the exit of %s/%s: %s", self.ns, self.name, err)
         self.wake.set()
+
+    async def refuse(self, why: str) -> None:
+        """A container the kubelet would not create (a missing Secret, ConfigMap or key in its
+        env: CreateContainerConfigError): not started, reported as a refused start (exit 2,
+        whose line the operator puts in Ready), tried again with back-off."""
+        now = _now()
+        self.last_exit = {"exitCode": int(ExitCode.BAD_SETTINGS), "startedAt": now, "finishedAt": now,
+                          "generation": self.generation,
+                          "message": f"dev runner: cannot create the driver's container "
+                                     f"(CreateContainerConfigError): {why}"}
+        self.failures += 1
+        self.not_before = time.monotonic() + BACKOFF[min(self.failures, len(BACKOFF)) - 1]
+        log.warning("DEV RUNNER: not starting %s/%s: %s", self.ns, self.name, why)
+        await self.report({DEV_RUNNER_EXIT: json.dumps(self.last_exit)}, available=0)
 
     async def stop(self) -> None:
         proc = self.proc
