@@ -65,7 +65,8 @@ def server_for(stack: devstack.Stack) -> Iterator[S3]:
     if stack.s3:
         yield S3(stack.s3, stack.s3_jars)
         return
-    if os.environ.get("ANTIDOTE_STACK_DIR") != stack.dir:  # the session's own stack
+    reused = os.environ.get("ANTIDOTE_STACK_DIR")
+    if not reused or Path(reused).resolve() != Path(stack.dir).resolve():  # the session's own stack
         s = devstack.add_s3(Path(stack.dir))
         yield S3(s.s3, s.s3_jars)
         return
