@@ -25,7 +25,7 @@ dev-down:
 # own, handed out one or two at a time to whichever worker runs low ("load" handed out large
 # batches and left one worker alone with a queue of slow tests for minutes).
 test: install
-	.venv/bin/antidote dev build
+	.venv/bin/antidote dev build --s3
 	@.venv/bin/python -m pytest -n 2 --dist loadgroup -m "not node"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
 	  exit $$rc

@@ -1,5 +1,6 @@
 # The consumer image: Spark driver and executors of a QueueConsumer (`antidote consumer`),
-# Java 17, Python 3.11, pyspark 4.2.0 and the Kafka connector jars.
+# Java 17, Python 3.11, pyspark 4.2.0, the Kafka connector jars and S3A (hadoop-aws 3.5.0 and
+# the AWS SDK v2 bundle 2.35.4, for `s3a://` checkpoints, sinks and archives).
 #   docker build -f docker/consumer.Dockerfile -t antidote-consumer:0.1.0 .
 # Your handler goes into an image derived from this one (docs/images.md). The bases are build
 # arguments so that machines without Docker build it with buildah on local stand-ins
@@ -11,10 +12,13 @@ ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
 # that a change to Antidote's sources rebuilds only the last stage.
 ARG DEPS=deps
 
-# The connector jars, exactly the versions of hack/spark/pom.xml (the same pom the dev stack uses).
+# The connector jars, exactly the versions of hack/spark/pom.xml, and S3A's, exactly those of
+# hack/s3/pom.xml (the same poms the dev stack uses).
 FROM ${MAVEN_IMAGE} AS jars
 COPY hack/spark/pom.xml /build/pom.xml
 RUN mvn -q -f /build/pom.xml dependency:copy-dependencies -DoutputDirectory=/jars
+COPY hack/s3/pom.xml /build/s3/pom.xml
+RUN mvn -q -f /build/s3/pom.xml dependency:copy-dependencies -DoutputDirectory=/jars
 
 # Everything but Antidote itself: Java, the Python dependencies, the jars, the user.
 FROM ${PYTHON_IMAGE} AS deps

@@ -23,7 +23,10 @@ SLOW_FIRST = ["test_chaos.py", "test_skip_cli.py", "test_demo.py", "test_consume
 # worker runs the rest. pytest-xdist 3.8's own loadgroup does not group under pytest 9 (it
 # renames `item._nodeid`, which pytest 9 no longer reads: every test stays a unit of its own),
 # hence the scheduler below, which groups by these names.
-NODE_GROUP = ("test_node.py", "test_node_consumers.py")
+NODE_GROUP = ("test_node.py", "test_node_consumers.py", "test_node_s3.py")
+# Modules that use the local S3 server (conftest's `s3` fixture, one per worker's session):
+# on one worker, so that `make test` starts one server, not one per worker.
+S3_GROUP = ("test_s3_storage.py", "test_s3_examples.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,8 +40,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _scope(nodeid: str) -> str:
-    """The work unit of a test: "node" for the node's modules, else the test itself."""
-    return "node" if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in NODE_GROUP else nodeid
+    """The work unit of a test: "node" for the node's modules, "s3" for the S3 server's,
+    else the test itself."""
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return "node" if module in NODE_GROUP else "s3" if module in S3_GROUP else nodeid
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 - xdist's hook

@@ -12,6 +12,8 @@ from pyspark.sql import SparkSession
 from antidote_api.semantics import EffectiveSettings
 from antidote_api.wire import SPARK_JARS_ENV
 
+from .s3a import credential_providers
+
 JARS_ENV = SPARK_JARS_ENV
 
 
@@ -36,7 +38,7 @@ def spark_session(settings: EffectiveSettings, master: str | None = None) -> Spa
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", settings.spark.driver.memory)
                .config("spark.executor.memory", settings.spark.executor.memory))
-    for k, v in conf.items():
+    for k, v in {**credential_providers(conf), **conf}.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
 

@@ -37,6 +37,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                     help="also run a Prometheus (Debian's `prometheus`) on loopback that scrapes the "
                          "operator and its dev-runner consumers and evaluates the chart's alert "
                          "rules; added to a running stack without a restart")
+    up.add_argument("--s3", action="store_true",
+                    help="also run an S3-compatible server (SeaweedFS, built from its Go module) "
+                         "with a bucket, for s3a:// checkpoints, sinks and archives; `dev env` "
+                         "names it; added to a running stack without a restart (docs/storage.md)")
     up.set_defaults(run=_up)
     add("down", "stop everything the stack started").set_defaults(run=_down)
     add("env", "print shell exports for the running stack").set_defaults(run=_env)
@@ -49,6 +53,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     b.add_argument("--images", action="store_true",
                    help="also build the project's images (docker/*.Dockerfile) with buildah on "
                         "local bases; needs root and --node (docs/images.md)")
+    b.add_argument("--s3", action="store_true",
+                   help="also build the S3 server and fetch the S3A jars (what `dev up --s3` needs)")
     b.set_defaults(run=_build)
     im = add("images", "build the operator and consumer images (docker/*.Dockerfile) with docker, "
              "podman or buildah and push them to REGISTRY as antidote-operator:TAG and "
@@ -83,7 +89,7 @@ def _up(args: argparse.Namespace) -> int:
 
     try:
         s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
-                     prometheus=args.prometheus)
+                     prometheus=args.prometheus, s3=args.s3)
     except StackError as err:
         return _fail(err)
     print(f"# stack running in {s.dir}; load it with: eval \"$(antidote dev env)\"")
@@ -124,8 +130,9 @@ def _status(args: argparse.Namespace) -> int:
         ready = node_ready(s.host, s.apiserver_port, pki)
         node = f", node {s.node} {'Ready' if ready else 'NotReady'}"
     prom = f", Prometheus {s.prometheus_url}" if s.prometheus_url else ""
+    s3 = f", S3 {s.s3_endpoint} (bucket {s.s3.bucket})" if s.s3 else ""
     print(f"running: API server {s.server} ({s.kube_version}), Kafka {s.kafka_bootstrap}{node}"
-          f"{prom}, dir {s.dir}")
+          f"{prom}{s3}, dir {s.dir}")
     return 0
 
 
@@ -136,7 +143,7 @@ def _build(args: argparse.Namespace) -> int:
         if args.images and not args.node:
             raise StackError("build images", "--images needs --node (its Debian packages and base image)")
         build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
-                        project=args.images)
+                        project=args.images, s3=args.s3)
     except StackError as err:
         return _fail(err)
     return 0

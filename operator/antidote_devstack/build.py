@@ -81,10 +81,18 @@ GO_BINARIES = {
                  ("-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")),
         # A local OCI registry for the image tests only (`make images` pushes to it): built on demand.
         GoBinary("registry", "registry", "github.com/distribution/distribution/v3/cmd/registry"),
+        # SeaweedFS (Apache-2.0): the local S3-compatible server of `dev up --s3`.
+        GoBinary("weed", "seaweedfs", "github.com/seaweedfs/seaweedfs/weed"),
     )
 }
 
-JAR_SETS = {"kafka": "kafka", "spark": "spark"}  # name -> folder under hack/ with pom.xml
+# name -> folder under hack/ with pom.xml. "s3" (hadoop-aws and the AWS SDK bundle, ~650
+# MB) is fetched only for a stack or test that uses S3 (S3_ARTEFACTS); the image always has it.
+JAR_SETS = {"kafka": "kafka", "spark": "spark", "s3": "s3"}
+DEFAULT_JAR_SETS = ("kafka", "spark")
+# What `--s3` adds: the server's binary and the S3A jars for local Spark.
+S3_BINARIES = ("weed",)
+S3_JAR_SETS = ("s3",)
 
 # What the stack needs to run; kube-controller-manager and kube-scheduler are opt-in.
 DEFAULT_BINARIES = ("etcd", "kube-apiserver", "helm")
@@ -203,9 +211,10 @@ def _node_packages() -> dict[str, Path]:
 
 
 def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
-              project: bool = False) -> dict[str, Path]:
+              project: bool = False, s3: bool = False) -> dict[str, Path]:
     """Everything `dev up` and the tests need; returns name -> path. `node` adds the node's
-    binaries, its Debian packages and its images; `project` the project's images (root).
+    binaries, its Debian packages and its images; `project` the project's images (root);
+    `s3` the S3 server and the S3A jars.
 
     Two lanes run at once: the Go builds, which keep both cores busy compiling, and the
     fetches and image builds (Maven, apt, mmdebstrap, pip in buildah), which mostly wait on
@@ -214,6 +223,10 @@ def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
     its next artefact once the other has failed, and the failure is raised."""
     if node:
         binaries = tuple(dict.fromkeys(binaries + NODE_BINARIES))
+    jar_sets = DEFAULT_JAR_SETS
+    if s3:
+        binaries = tuple(dict.fromkeys(binaries + S3_BINARIES))
+        jar_sets += S3_JAR_SETS
     failed = threading.Event()
 
     def lane(work: list[tuple[str, Callable[[], Path | dict[str, Path]]]]) -> dict[str, Path]:
@@ -231,7 +244,7 @@ def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
 
     go = [(name, functools.partial(build_go, name)) for name in binaries]
     fetch: list[tuple[str, Callable[[], Path | dict[str, Path]]]] = [
-        (f"{name}-jars", functools.partial(build_jars, name)) for name in JAR_SETS]
+        (f"{name}-jars", functools.partial(build_jars, name)) for name in jar_sets]
     if node:
         from . import images  # noqa: PLC0415 - only the node needs it
 

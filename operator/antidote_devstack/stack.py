@@ -11,7 +11,7 @@ from pathlib import Path
 
 from antidote_api.wire import SPARK_JARS_ENV
 
-from . import build, controlplane, kafka, node as nodes, prometheus as prom
+from . import build, controlplane, kafka, node as nodes, prometheus as prom, s3 as s3server
 from .certs import ensure_pki
 from .errors import StackError
 from .paths import default_stack_dir, venv_bin
@@ -44,6 +44,10 @@ class Stack:
     # `dev up --prometheus`: its URL (loopback) and the folder of its file_sd target files.
     prometheus_url: str = ""
     prometheus_targets: str = ""
+    # `dev up --s3`: the S3 server's endpoint (on `host`, as Kafka) and the S3A jars that
+    # local Spark adds to spark_jars for `s3a://` (the consumer image has them in jars/).
+    s3_endpoint: str = ""
+    s3_jars: list[str] = field(default_factory=list)
 
     @property
     def server(self) -> str:
@@ -52,7 +56,12 @@ class Stack:
     @property
     def processes(self) -> tuple[str, ...]:
         return (PROCESSES + (nodes.PROCESSES if self.node else ())
-                + ((prom.NAME,) if self.prometheus_url else ()))
+                + ((prom.NAME,) if self.prometheus_url else ())
+                + ((s3server.NAME,) if self.s3_endpoint else ()))
+
+    @property
+    def s3(self) -> s3server.S3Server | None:
+        return s3server.S3Server(self.s3_endpoint) if self.s3_endpoint else None
 
     def env(self) -> dict[str, str]:
         path = os.pathsep.join([self.bin_dir, str(venv_bin()), os.environ.get("PATH", "")])
@@ -60,10 +69,12 @@ class Stack:
             "KUBECONFIG": self.kubeconfig,
             "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap,
             "KAFKA_SASL_BOOTSTRAP_SERVERS": self.kafka_sasl_bootstrap,
-            SPARK_JARS_ENV: ",".join(self.spark_jars),
+            SPARK_JARS_ENV: ",".join(self.spark_jars + self.s3_jars),
             "ANTIDOTE_STACK_DIR": self.dir,
             "PATH": path,
         }
+        if self.s3:
+            env.update(self.s3.env())
         if self.prometheus_url:
             env["PROMETHEUS_URL"] = self.prometheus_url
             # `antidote operator --dev-runner` writes its scrape targets here (file_sd).
@@ -108,20 +119,24 @@ def _link_tools(bin_dir: Path, artefacts: dict[str, Path]) -> None:
 
 
 def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_BINARIES,
-       node: bool = False, prometheus: bool = False) -> Stack:
+       node: bool = False, prometheus: bool = False, s3: bool = False) -> Stack:
     """Start the stack; `node` adds a one-node cluster that runs pods (node.py),
-    `prometheus` a Prometheus that scrapes the operator and the consumers (prometheus.py)."""
+    `prometheus` a Prometheus that scrapes the operator and the consumers (prometheus.py),
+    `s3` an S3-compatible server (s3.py)."""
     # Long on purpose: the stack's start-up order (certs, etcd, API server, Kafka, node,
     # Prometheus), each step waiting on the one before, read top to bottom.
     state_dir = (state_dir or default_stack_dir()).resolve()
     if node:
         nodes.require_root()
-    artefacts = build.build_all(binaries, node=node)
+    artefacts = build.build_all(binaries, node=node, s3=s3)
     existing = running(state_dir)
     if existing and (existing.node or not node):
+        # Neither needs a restart of anything else.
+        if s3 and not existing.s3_endpoint:
+            existing = add_s3(state_dir)
         if prometheus and not existing.prometheus_url:
-            return add_prometheus(state_dir)  # nothing else needs a restart for it
-        say(f"stack already running in {state_dir}")
+            existing = add_prometheus(state_dir)
+        say(f"stack running in {state_dir}")
         return existing
     if existing:
         say(f"stack in {state_dir} runs without a node: restarting it with one")
@@ -185,15 +200,35 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
                   spark_jars=sorted(str(p) for p in artefacts["spark-jars"].glob("*.jar")),
                   bin_dir=str(bin_dir), host=host, node=node_name)
     _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
-    if prometheus:
-        try:
+    try:
+        if s3:
+            stack = add_s3(state_dir)
+        if prometheus:
             stack = add_prometheus(state_dir)
-        except BaseException:
-            _stop(state_dir)
-            raise
+    except BaseException:
+        _stop(state_dir)
+        raise
     say(f"stack up in {time.monotonic() - started:.1f}s: API server {stack.server}, "
         f"Kafka {bootstrap}" + (f", node {node_name} Ready" if node_name else "")
-        + (f", Prometheus {stack.prometheus_url}" if stack.prometheus_url else ""))
+        + (f", Prometheus {stack.prometheus_url}" if stack.prometheus_url else "")
+        + (f", S3 {stack.s3_endpoint}" if stack.s3_endpoint else ""))
+    return stack
+
+
+def add_s3(state_dir: Path) -> Stack:
+    """Start the S3 server beside the running stack in `state_dir` (a no-op when it runs),
+    building it and fetching the S3A jars first when the cache has none (cold: minutes)."""
+    stack = running(state_dir)
+    if stack is None:
+        raise StackError("start the S3 server", f"no running stack in {state_dir}")
+    if stack.s3_endpoint:
+        return stack
+    artefacts = build.build_all(build.DEFAULT_BINARIES, s3=True)
+    say(f"starting the S3 server (SeaweedFS) on {stack.host}")
+    server = s3server.start(Supervisor(state_dir), state_dir, artefacts["weed"], stack.host)
+    stack.s3_endpoint = server.endpoint
+    stack.s3_jars = sorted(str(p) for p in artefacts["s3-jars"].glob("*.jar"))
+    _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
     return stack
 
 
@@ -253,7 +288,9 @@ def down(state_dir: Path | None = None) -> list[str]:
 def _stop(state_dir: Path) -> list[str]:
     """The node's processes first (clients of the API server), then the stack's, then the
     node's bridge, whose address the API server and Kafka are bound to until they stop."""
-    stopped = nodes.stop_processes(state_dir) + Supervisor(state_dir).stop_all()
+    sup = Supervisor(state_dir)
+    s3 = [s3server.NAME] if s3server.stop(sup) else []
+    stopped = nodes.stop_processes(state_dir) + s3 + sup.stop_all()
     nodes.teardown(state_dir)
     return stopped
 

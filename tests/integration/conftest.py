@@ -21,7 +21,7 @@ from kubernetes import client, config
 from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
-from . import jvm_archive
+from . import jvm_archive, s3_util
 
 
 @pytest.fixture(scope="session")
@@ -144,3 +144,14 @@ def spark(stack: devstack.Stack, calls_dir: Path):
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(stack: devstack.Stack) -> Iterator[s3_util.S3]:
+    """The local S3 server, started once per session by the first test that asks for it
+    (cold, building it and fetching the S3A jars takes minutes: docs/testing.md). A stack
+    started with `dev up --s3` lends its own; a session's own stack gets one added; beside a
+    reused stack without one, the session starts one of its own (under the pytest temp
+    folder's sibling in the cache) and stops it after, leaving the shared stack as it was."""
+    with s3_util.server_for(stack) as server:
+        yield server

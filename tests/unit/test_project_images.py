@@ -13,7 +13,7 @@ from ..api_cases import ROOT
 
 def test_copy_sources_are_the_local_ones_of_the_dockerfiles() -> None:
     consumer = (ROOT / "docker/consumer.Dockerfile").read_text()
-    assert pi.copy_sources(consumer) == ["hack/spark/pom.xml", "pyproject.toml", "constraints.txt",
+    assert pi.copy_sources(consumer) == ["hack/spark/pom.xml", "hack/s3/pom.xml", "pyproject.toml", "constraints.txt",
                                          "docker/spark-entrypoint.sh", "README.md", "pyproject.toml",
                                          "operator/", "consumer/"]
     operator = (ROOT / "docker/operator.Dockerfile").read_text()

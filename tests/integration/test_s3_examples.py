@@ -1,0 +1,84 @@
+"""The `s3a://` QueueConsumer examples of examples/ run for real: queueconsumer-files.yaml
+(its Parquet sink and its checkpoint on `s3a://`) and queueconsumer-minimal.yaml (its
+checkpoint there, outputs discarded), with the PoisonPolicy they name
+(poisonpolicy-minimal.yaml), applied to the API server and run by the operator's dev runner
+against the local S3 server.
+Only what cannot be the same here is changed: the broker's address and the topic, the handler
+(a test handler instead of the team's `lake.clicks:to_row`), `paused`, the S3 server's
+endpoint in `spec.spark.conf`, and a folder of the test's own in each bucket."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from antidote_devstack import s3 as s3server
+
+from .kafka_io import produce
+from .operator_util import Cluster, install_crds, operator, wait_for
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _doc(name: str) -> dict:
+    return yaml.safe_load((EXAMPLES / name).read_text())
+
+
+def _in_folder(url: str, folder: str) -> str:
+    """s3a://bucket/key -> s3a://bucket/folder/key (the bucket stays the example's)."""
+    bucket, key = url.removeprefix("s3a://").split("/", 1)
+    return f"s3a://{bucket}/{folder}/{key}"
+
+
+@pytest.mark.parametrize("example", ["queueconsumer-files.yaml", "queueconsumer-minimal.yaml"])
+def test_an_s3a_example_writes_its_checkpoint_and_sink_to_s3_on_the_dev_runner(
+        api_client, namespace, stack, s3, kubeconfig, kafka_bootstrap, topic_factory, tmp_path,
+        calls_dir, example) -> None:
+    install_crds(api_client)
+    k = Cluster(api_client, namespace)
+    qc = _doc(example)
+    spec = qc["spec"]
+    urls = [spec["checkpoint"]["location"]] + ([spec["sink"]["path"]] if "sink" in spec else [])
+    assert all(url.startswith("s3a://") for url in urls)
+    folder = f"t-{uuid.uuid4().hex[:8]}"
+    for url in urls:
+        try:  # the example's buckets, on the local server (made once per server)
+            s3server.make_bucket(s3.server, url.removeprefix("s3a://").split("/", 1)[0])
+        except OSError as err:
+            assert "already" in str(err).lower(), err
+    source = topic_factory()
+    spec["paused"] = False  # files: paused until its sink is ready
+    spec["source"]["kafka"].update(bootstrapServers=kafka_bootstrap, topic=source)
+    spec["handler"] = "tests.integration.handlers:upper"
+    if "sink" in spec:
+        spec["sink"]["path"] = _in_folder(spec["sink"]["path"], folder)
+    spec["checkpoint"]["location"] = _in_folder(spec["checkpoint"]["location"], folder)
+    spec.setdefault("spark", {}).setdefault("conf", {}).update(s3.spark_conf())
+    pp = _doc("poisonpolicy-minimal.yaml")
+    assert qc["spec"]["policyRef"]["name"] == pp["metadata"]["name"]
+    k.create(pp)
+    k.create(qc)
+    name = qc["metadata"]["name"]
+    ckpt = spec["checkpoint"]["location"].removeprefix("s3a://")
+
+    env = {**s3.env(stack), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "ANTIDOTE_TEST_CALLS_DIR": str(calls_dir)}
+    args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"), "--dev-runner-master", "local[1]")
+    with operator(kubeconfig, namespace, tmp_path, *args, env=env) as op:
+        # files: startingOffsets latest. Spark has written where it starts (the source's
+        # initial offsets) into the checkpoint on S3 before it reads: what comes after is read.
+        wait_for(lambda: any("/sources/" in key for key in s3.keys(ckpt)),
+                 "the checkpoint's initial offsets on S3", timeout=300)
+        values = [b"click-%d" % i for i in range(30)]
+        produce(kafka_bootstrap, source, [(None, v, None) for v in values])
+        wait_for(lambda: ((k.qc(name) or {}).get("status") or {}).get("counts", {}).get("processed") == 30,
+                 "30 processed", timeout=300)
+        if "sink" in spec:
+            out = spec["sink"]["path"].removeprefix("s3a://")
+            assert Counter(s3.parquet_values(out)) == Counter(v.upper() for v in values), op.log()[-3000:]
+        assert any("/commits/" in key for key in s3.keys(ckpt))
