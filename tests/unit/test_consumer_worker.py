@@ -64,6 +64,17 @@ def batch(values: list[bytes], topic: str = "src", headers: list | None = None) 
     return pa.RecordBatch.from_pydict(cols, schema=arrow_schema(INPUT_FIELDS))
 
 
+@pytest.fixture(autouse=True)
+def _no_process_ending(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests run the worker in pytest's own process: the watchdog's last resort (ending
+    a process whose attempt does not unwind within the grace, and faulthandler's timer after
+    it) would end the pytest worker, which happened on a loaded machine with 0.2-0.3 s
+    limits. Here the grace is a minute; the test of the last resort runs in a subprocess."""
+    from antidote_consumer.worker import deadline
+
+    monkeypatch.setattr(deadline, "kill_grace", lambda _limit: 60.0)
+
+
 def run(values: list[bytes], *, validation: dict | None = None, immediate: int = 2,
         topic: str = "src", headers: list | None = None, attempt_timeout: float = 60.0,
         non_retryable: frozenset[str] = frozenset({"Fatal"})) -> tuple[dict, list[dict]]:

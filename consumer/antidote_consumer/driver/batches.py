@@ -23,7 +23,8 @@ from antidote_consumer.worker.ordering import held_count
 
 from .disabled import QueueDisabled
 from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
-                     is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line)
+                     is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line,
+                     write_path_outputs)
 from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
 from .worker_config import worker_config
@@ -160,7 +161,7 @@ class Runtime:
             mapped = mapped.persist()
             try:
                 rows = collect_results(mapped.filter("kind != 'ok'"))
-                self._write_path_outputs(mapped)
+                write_path_outputs(mapped, self.s.sink)
             finally:
                 mapped.unpersist()
             return rows
@@ -204,23 +205,6 @@ class Runtime:
                 # worker alike: the settle reads ~30 fields of every failed row by name.
                 result.failures.append(r)
         return result
-
-    def _write_path_outputs(self, mapped) -> None:
-        out = mapped.filter("kind = 'ok'").selectExpr(
-            "key", "output AS value", "otopic AS topic", "opartition AS partition",
-            "ooffset AS offset", "ots AS timestamp")
-        # One folder per batch, named after the first record it read (where it was read: the
-        # source or a retry topic). A record is read by one batch only, so no other batch
-        # overwrites it, and a replayed batch reads the same record first and overwrites its
-        # own folder: idempotent. (Original offsets collide: a retried message's with the
-        # batch it came from, partitions' with each other.)
-        first = mapped.filter("kind NOT IN ('summary', 'end', 'chains', 'waiting')").selectExpr(
-            "min(struct(topic, partition, offset)) AS f").first().f
-        sink = self.s.sink
-        assert sink is not None and sink.path is not None  # a path sink's outputs
-        if first is not None:
-            out.write.mode("overwrite").format(sink.format).save(
-                f"{sink.path.rstrip('/')}/batch={first.topic}-{first.partition}-{first.offset}")
 
     # --- one batch, end to end -------------------------------------------------------------
     def run_ahead(self, local_rows: list) -> tuple[bool, BatchResult | None]:

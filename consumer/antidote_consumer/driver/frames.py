@@ -224,6 +224,25 @@ def segment_filter(keys):
     return cond
 
 
+def write_path_outputs(mapped, sink) -> None:
+    """A batch's outputs written to a path sink (`spec.sink.path`, an EffectiveSink).
+
+    One folder per batch, named after the first record it read (where it was read: the
+    source or a retry topic). A record is read by one batch only, so no other batch
+    overwrites it, and a replayed batch reads the same record first and overwrites its own
+    folder: idempotent. (Original offsets collide: a retried message's with the batch it
+    came from, partitions' with each other.)"""
+    assert sink is not None and sink.path is not None  # only a path sink's batches get here
+    out = mapped.filter("kind = 'ok'").selectExpr(
+        "key", "output AS value", "otopic AS topic", "opartition AS partition",
+        "ooffset AS offset", "ots AS timestamp")
+    first = mapped.filter("kind NOT IN ('summary', 'end', 'chains', 'waiting')").selectExpr(
+        "min(struct(topic, partition, offset)) AS f").first().f
+    if first is not None:
+        out.write.mode("overwrite").format(sink.format).save(
+            f"{sink.path.rstrip('/')}/batch={first.topic}-{first.partition}-{first.offset}")
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
