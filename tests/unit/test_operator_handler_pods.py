@@ -70,10 +70,11 @@ def test_secret_and_config_map_volumes_go_where_the_handler_runs_claims_where_st
         assert mounts(pod)["user-rules"]["mountPath"] == "/etc/app/rules"
     assert "claim-ckpt" in vols(driver) and "claim-ckpt" in vols(reader)
     assert "claim-ckpt" not in vols(executor)
-    # The reader runs no handler: neither its env nor its Secret volumes.
+    # The reader runs no handler: not its Secret volumes; but its env and envFrom (an archive
+    # on object storage needs the credentials the checkpoint has).
     assert not {"user-tls", "user-rules"} & set(vols(reader))
-    assert "envFrom" not in reader["containers"][0]
-    assert [e["name"] for e in reader["containers"][0]["env"]] == ["PYTHONUNBUFFERED"]
+    assert reader["containers"][0]["envFrom"] == ENV_FROM
+    assert reader["containers"][0]["env"] == [{"name": "PYTHONUNBUFFERED", "value": "1"}, *ENV]
 
 
 def test_the_admission_policy_is_told_of_every_secret_the_handler_reads() -> None:
@@ -87,7 +88,7 @@ def test_every_env_name_the_operator_spark_or_the_image_sets_is_reserved() -> No
     s = with_env()
     (driver,) = _driver_pod(s)["containers"]
     reader = build_reader_job(s, RenderOptions(), trigger="Manual", name="r")["spec"]["template"]["spec"]
-    ours = {e["name"] for e in driver["env"][:3]} | {e["name"] for e in reader["containers"][0]["env"]}
+    ours = {e["name"] for e in driver["env"][:3]} | {e["name"] for e in reader["containers"][0]["env"][:1]}
     # The dev runner's, Spark's executor pod's (BasicExecutorFeatureStep), the consumer image's.
     others = {"ANTIDOTE_DEV_RUNNER", "ANTIDOTE_SECRETS_DIR", "ANTIDOTE_SPARK_JARS", "SPARK_EXECUTOR_ID",
               "SPARK_DRIVER_URL", "SPARK_APPLICATION_ID", "SPARK_JAVA_OPT_0", "SPARK_LOCAL_DIRS",

@@ -72,8 +72,11 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
     container = {
         **antidote_container(CONTAINER, settings, opts, reader_args(request)),
         # No SPARK_CONF_DIR: the cluster-mode spark-defaults would ask for executor pods,
-        # which this ServiceAccount may not create; an Archive runs Spark in the pod.
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        # which this ServiceAccount may not create; an Archive runs Spark in the pod. The
+        # consumer's env and envFrom too (not its Secret/ConfigMap volumes: no handler runs
+        # here): an archive on object storage needs the credentials the checkpoint has.
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *handler_pods.env(settings)],
+        **({"envFrom": handler_pods.env_from(settings)} if settings.env_from else {}),
         "resources": {"requests": {"cpu": "500m", "memory": memory}, "limits": {"memory": memory}},
         "volumeMounts": mounts,
         # The JSON report goes to the termination log; logs' tail if it crashed before.
@@ -92,7 +95,7 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
         "containers": [container],
         "volumes": volumes,
     }
-    # The consumer's image and the driver's placement (it runs no handler: no handler env).
+    # The consumer's image and the driver's placement.
     handler_pods.add_placement(pod_spec, settings, "driver")
     return {
         "apiVersion": "batch/v1", "kind": "Job",

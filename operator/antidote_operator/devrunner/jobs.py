@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import kube
+from . import env as env_of
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_PID,
                           DEV_RUNNER_REPORT)
 from .local import (REPORT_LIMIT, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _finished,
@@ -59,8 +60,15 @@ class _JobRunner(LocalRun):
         report = self.dir / "report.json"
         report.unlink(missing_ok=True)
         argv, extra_env = translate_job(container, settings_path=str(settings), report_path=str(report))
+        try:
+            # The consumer's env and envFrom (its storage credentials), read as the kubelet would.
+            user_env = await env_of.resolve(k, self.ns, spec, container, pod_name=f"{self.name}-dev-runner",
+                                            uid=self.body["metadata"].get("uid", ""))
+        except env_of.MissingRef as err:  # the kubelet would not start the container
+            await self.finish(None, "CreateContainerConfigError", str(err))
+            return
         self.secrets = await materialize_secrets(k, self.ns, spec, container, self.dir)
-        env = {**os.environ, **jars_env(), **extra_env, "ANTIDOTE_DEV_RUNNER": "1",
+        env = {**os.environ, **jars_env(), **user_env, **extra_env, "ANTIDOTE_DEV_RUNNER": "1",
                SECRETS_DIR_ENV: self.secrets}
         logfile = self.dir / "reader.log"
         with logfile.open("ab") as out:
