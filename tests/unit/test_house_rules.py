@@ -1,0 +1,116 @@
+"""Two rules of the code's structure that anyone can check with the project's own tools:
+no module imports itself back through others (no import cycle, tests and benchmarks
+included), and no module of the shipped packages grows past 450 lines (a module that does
+one thing reads in one sitting; new logic goes into a new module named for it)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = [ROOT / "operator", ROOT / "consumer"]
+ALSO = [ROOT / "tests", ROOT / "benchmarks", ROOT / "hack", ROOT / "examples"]
+MAX_LINES = 450
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name -> file, for every Python file of the repository (the packages under
+    operator/ and consumer/ by their import names, the rest from the repository's root)."""
+    out: dict[str, Path] = {}
+    for base in SHIPPED:
+        for f in base.rglob("*.py"):
+            parts = f.relative_to(base).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    for base in ALSO:
+        for f in base.rglob("*.py"):
+            if ".venv" in f.parts:
+                continue
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules `name` imports, at any depth of its code (a function-level import
+    is an import too), TYPE_CHECKING blocks left out (they are not run)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for child in node.body for n in ast.walk(child)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)] if node.level > 1 else anchor
+                base = ".".join([*anchor, *([base] if base else [])])
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    known = _modules()
+    # A package's __init__ importing its own modules is how a package hands names on; the
+    # cycle rule is about modules, so packages' faces are left out of the graph.
+    graph = {name: {t for t in _imports(name, path, known) if known[t].name != "__init__.py"}
+             for name, path in known.items() if path.name != "__init__.py"}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_shipped_module_is_longer_than_the_rule() -> None:
+    long = {str(f.relative_to(ROOT)): n for base in SHIPPED for f in base.rglob("*.py")
+            if (n := len(f.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"over {MAX_LINES} lines: {long}"
