@@ -77,6 +77,9 @@ GO_BINARIES = {
                  _containerd_ldflags()),
         GoBinary("coredns", "coredns", "antidote.dev/hack/coredns"),
         GoBinary("etcd", "etcd", "antidote.dev/hack/etcd"),
+        GoBinary("kubeadm", "kubeadm", "k8s.io/kubernetes/cmd/kubeadm", _kube_ldflags(), KUBE_TAGS),
+        GoBinary("kind", "kind", "sigs.k8s.io/kind"),
+        GoBinary("coredns-kind", "kind/coredns", "antidote.dev/hack/kind/coredns"),
         GoBinary("helm", "helm", "helm.sh/helm/v3/cmd/helm",
                  ("-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")),
     )
