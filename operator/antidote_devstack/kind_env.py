@@ -4,7 +4,8 @@ built and cached here, and the environment that points the script at it (docs/ki
     KIND_EXPERIMENTAL_PROVIDER=podman   kind's podman provider
     CONTAINERS_CONF=<cache>/kind/containers.conf   podman's rlimits this VM allows
     KIND_NODE_IMAGE=localhost/antidote/kind-node:<kube version>   (kind_node.py)
-    ANTIDOTE_IMAGE_ARCHIVES="<operator>.tar <consumer>.tar"   `kind load image-archive`
+    ANTIDOTE_IMAGE_ARCHIVES="<operator>.tar <consumer>.tar"   docker-archives for
+                                                    `kind load image-archive`
     PATH=<cache>/kind/bin:...   kind, helm and kubectl at the pinned versions
 
 written as a shell script to <cache>/kind/env.sh (`. ~/.cache/antidote/kind/env.sh`).
@@ -19,7 +20,9 @@ from pathlib import Path
 from . import kind_node, project_images
 from .build import build_go
 from .errors import StackError
+from .images import _run_logged_append, buildah, image_build
 from .paths import cache_dir, venv_bin
+from .progress import say
 from .steps import _require
 
 
@@ -32,6 +35,40 @@ def _link(bin_dir: Path, name: str, target: Path) -> None:
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(target)
+
+
+MODULES = Path("/lib/modules")
+
+
+def ensure_modules_dir(modules: Path = MODULES) -> None:
+    """kind binds the host's /lib/modules into every node, read-only, and podman refuses a
+    bind of a path that does not exist; a VM whose kernel has its drivers built in (this
+    one) has none: an empty one stands for "no loadable modules"."""
+    if not modules.exists():
+        say(f"creating {modules} (empty: this kernel has no loadable modules; kind binds it into its nodes)")
+        modules.mkdir(parents=True)
+
+
+def docker_archive(name: str) -> Path:
+    """A docker-archive of an image built here (in buildah's storage), for `kind load
+    image-archive`: kind imports it with `ctr images import`, which names an image after a
+    docker-archive's RepoTags, while an OCI archive's image would get ctr's `import-<date>`
+    name instead. Cached by the image's key, in <cache>/kind/archives."""
+    key = project_images.image_key(name)
+    if not key:
+        raise StackError("build kind", f"{name} is not in buildah's storage (build it first)")
+    stem = name.rsplit(":", 1)[0].rsplit("/", 1)[-1]
+    target = kind_dir() / "archives" / f"{stem}-{key}.tar"
+    if target.exists():
+        return target
+    with image_build(f"kind-{stem}-archive", target, f"archiving {name} for kind") as (work, log):
+        _run_logged_append([*buildah(), "push", "--quiet", name,
+                            f"docker-archive:{work / 'image.tar'}:{name}"], work, log)
+        os.replace(work / "image.tar", target)
+    for old in target.parent.glob(f"{stem}-*.tar"):
+        if old != target:
+            old.unlink()
+    return target
 
 
 def env_for(node_image: str, archives: list[Path], conf: Path, bin_dir: Path) -> dict[str, str]:
@@ -54,6 +91,7 @@ def build() -> dict[str, str]:
     if os.geteuid() != 0:
         raise StackError("build kind", "podman, mmdebstrap and buildah need root here (docs/kind.md)")
     _require("podman", "build kind", "apt-get install podman")
+    ensure_modules_dir()
     out = kind_dir()
     bin_dir = out / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -61,11 +99,10 @@ def build() -> dict[str, str]:
     _link(bin_dir, "helm", build_go("helm"))
     _link(bin_dir, "kubectl", venv_bin() / "kubectl")
     node_image = kind_node.node_image()
-    _, operator = project_images.operator_image()
-    _, consumer = project_images.consumer_image(archive=True)
-    if operator is None or consumer is None:
-        raise StackError("build kind", "the project's images were built without archives")
+    operator, _ = project_images.operator_image()
+    consumer, _ = project_images.consumer_image(archive=False)
+    archives = [docker_archive(operator), docker_archive(consumer)]
     conf = kind_node.containers_conf(out / "containers.conf")
-    env = env_for(node_image, [operator, consumer], conf, bin_dir)
+    env = env_for(node_image, archives, conf, bin_dir)
     (out / "env.sh").write_text(env_script(env))
     return env

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from antidote_devstack import build, kafka
+from antidote_devstack import build, kafka, kind_cleanup
 from antidote_devstack.paths import cache_dir
 from antidote_devstack.procs import Supervisor, free_port
 
 from .node_cluster import ROOT, _run
 
 CLUSTER = "antidote-it"
-NETWORK = "kind"  # kind's podman network (KIND_EXPERIMENTAL_PODMAN_NETWORK's default)
+NETWORK = kind_cleanup.NETWORK  # kind's podman network (KIND_EXPERIMENTAL_PODMAN_NETWORK's default)
 
 
 def podman(*args: str) -> str:
@@ -29,13 +29,24 @@ def podman(*args: str) -> str:
 
 
 def leftovers(env: dict[str, str]) -> list[str]:
-    """What a kind cluster leaves on the machine if its deletion missed something: node
-    containers, kind's network, its volumes; [] after a clean `kind delete cluster`."""
+    """What a kind cluster would leave on the machine: node containers, their volumes,
+    kind's network, podman's CNI chains and IPAM state, the node's containerd and kubelet
+    as the host sees them, their mounts (what the stack's node checks for too:
+    node_cleanup.leftovers); [] after kind_up's tear-down."""
     found = [f"container {n}" for n in podman("ps", "-a", "--format", "{{.Names}}").split()]
     found += [f"network {n}" for n in podman("network", "ls", "--format", "{{.Name}}").split()
               if n == NETWORK]
     found += [f"volume {n}" for n in podman("volume", "ls", "--format", "{{.Name}}").split()]
     found += [f"cluster {n}" for n in _run(env, "kind", "get", "clusters").split()]
+    for save in ("iptables-save", "ip6tables-save"):
+        dump = subprocess.run([save], capture_output=True, text=True).stdout
+        found += [f"{save}: {line}" for line in dump.splitlines() if "CNI" in line]
+    if (kind_cleanup.IPAM_STATE / NETWORK).exists():
+        found.append(str(kind_cleanup.IPAM_STATE / NETWORK))
+    for name in ("containerd", "kubelet", "kube-proxy", "coredns"):
+        found += subprocess.run(["pgrep", "-a", name], capture_output=True, text=True).stdout.splitlines()
+    found += [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if "containerd" in line or "kubelet" in line]
     return found
 
 
@@ -72,7 +83,7 @@ def kind_up(env: dict[str, str]) -> Iterator[Path]:
     finally:
         subprocess.run(["kind", "delete", "cluster", "--name", CLUSTER], env=env,
                        capture_output=True, timeout=300)
-        subprocess.run(["podman", "network", "rm", NETWORK], capture_output=True, timeout=60)
+        kind_cleanup.remove_podman_cni_state(NETWORK)
         kubeconfig.unlink(missing_ok=True)
     left = leftovers(env)
     assert not left, f"kind delete cluster left: {left}"

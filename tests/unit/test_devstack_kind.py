@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from antidote_devstack import kind_env, kind_images, kind_node
+from antidote_devstack import kind_cleanup, kind_env, kind_images, kind_node
 from antidote_devstack.errors import StackError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,3 +132,44 @@ def test_kind_up_without_docker_or_archives_says_docker_is_required(tmp_path: Pa
     bin_dir, _ = _stubs(tmp_path, with_docker=False)
     out = _kind_up(bin_dir)
     assert out.returncode == 1 and "kind-up: docker is required" in out.stderr
+
+
+# What podman's CNI plugins left here after a kind cluster and its network were deleted.
+PODMAN_LEFT = """\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:CNI-ADMIN - [0:0]
+:CNI-FORWARD - [0:0]
+:CNI-8d1e3ab2 - [0:0]
+-A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
+-A FORWARD -j ANTIDOTE-GUARD
+-A CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:CNI-HOSTPORT-DNAT - [0:0]
+:CNI-HOSTPORT-MASQ - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
+-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE
+COMMIT
+"""
+
+
+def test_chain_removal_takes_podman_s_cni_chains_and_the_jumps_to_them_only() -> None:
+    cmds = kind_cleanup.chain_removal(PODMAN_LEFT)
+    assert cmds[:3] == [
+        ["-t", "filter", "-D", "FORWARD", "-m", "comment", "--comment", "CNI firewall plugin rules",
+         "-j", "CNI-FORWARD"],
+        ["-t", "nat", "-D", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j",
+         "CNI-HOSTPORT-DNAT"],
+        ["-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment",
+         "CNI portfwd requiring masquerade", "-j", "CNI-HOSTPORT-MASQ"]]
+    deleted = [c[3] for c in cmds if c[2] == "-X"]
+    assert deleted == ["CNI-ADMIN", "CNI-FORWARD", "CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-MASQ"]
+    # Flushed before deleted; a chain of someone else's (a pod's CNI-<hash>) is left alone.
+    assert [c for c in cmds if c[2] == "-F"] == [["-t", t, "-F", n] for t, n in
+                                                  [("filter", "CNI-ADMIN"), ("filter", "CNI-FORWARD"),
+                                                   ("nat", "CNI-HOSTPORT-DNAT"), ("nat", "CNI-HOSTPORT-MASQ")]]
+    assert not [c for c in cmds if "CNI-8d1e3ab2" in c or "ANTIDOTE-GUARD" in c]
