@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Antidote on kind, for machines with Docker (not the dev machines: they have no Docker
-# engine, so this script is not run in CI). Docs: docs/kind.md.
+# Antidote on kind: with Docker, or with podman and what `antidote dev build --kind` built
+# (`. ~/.cache/antidote/kind/env.sh` first; `make test-kind` runs it so). Docs: docs/kind.md.
 #   hack/kind-up.sh            # cluster "antidote", images, helm install, examples
 #   KIND_CLUSTER=foo hack/kind-up.sh
 # The chart is installed with hack/local-images.values.yaml, the values the local stack's
