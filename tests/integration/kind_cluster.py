@@ -94,7 +94,7 @@ def kafka_on(host: str) -> Iterator[str]:
     """A one-broker Kafka (the stack's, hack/kafka) bound to `host`; yields its bootstrap."""
     state_dir = cache_dir() / "kind" / "kafka"
     shutil.rmtree(state_dir, ignore_errors=True)
-    state_dir.mkdir(parents=True)
+    (state_dir / "logs").mkdir(parents=True)  # the Supervisor's logs, as stack.up makes it
     sup = Supervisor(state_dir)
     port, ctl = free_port(), free_port()
     props, java = kafka.prepare(state_dir, build.build_jars("kafka"), port, ctl, None, host)
