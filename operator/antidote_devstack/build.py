@@ -181,9 +181,11 @@ def build_jars(name: str) -> Path:
     return target
 
 
-def ensure_node_packages() -> None:
-    """Install the node's Debian packages when missing (as root); else say which are needed."""
-    missing = sorted({pkg for path, pkg in NODE_PACKAGES.items() if not Path(path).exists()})
+def ensure_node_packages(packages: dict[str, str] | None = None) -> None:
+    """Install the node's Debian packages (or `packages`: path -> package) when missing (as
+    root); else say which are needed."""
+    wanted = NODE_PACKAGES if packages is None else packages
+    missing = sorted({pkg for path, pkg in wanted.items() if not Path(path).exists()})
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):

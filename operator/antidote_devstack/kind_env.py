@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 
 from . import kind_node, project_images
-from .build import build_go
+from .build import build_go, ensure_node_packages
 from .errors import StackError
 from .images import _run_logged_append, buildah, image_build
 from .paths import cache_dir, venv_bin
@@ -37,6 +37,8 @@ def _link(bin_dir: Path, name: str, target: Path) -> None:
     link.symlink_to(target)
 
 
+# kind's provider here (Debian's podman: 4.3.1 on bookworm, with runc and its CNI plugins).
+KIND_PACKAGES = {"/usr/bin/podman": "podman"}
 MODULES = Path("/lib/modules")
 
 
@@ -90,6 +92,7 @@ def build() -> dict[str, str]:
     the environment (PATH first entry: the folder with kind, helm and kubectl)."""
     if os.geteuid() != 0:
         raise StackError("build kind", "podman, mmdebstrap and buildah need root here (docs/kind.md)")
+    ensure_node_packages(KIND_PACKAGES)
     _require("podman", "build kind", "apt-get install podman")
     ensure_modules_dir()
     out = kind_dir()
