@@ -271,6 +271,8 @@ def node_image() -> str:
     name = node_image_name()
     if podman_image_key(podman, name) == key:
         return name
+    older = subprocess.run([podman, "image", "inspect", "--format", "{{.Id}}", name],
+                           capture_output=True, text=True).stdout.strip()
     log = cache_dir() / "logs" / "build-kind-node-image.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
@@ -298,8 +300,10 @@ def node_image() -> str:
                             "--change", "STOPSIGNAL SIGRTMIN+3",
                             "--change", f"LABEL {KEY_LABEL}={key}",
                             str(work / "rootfs.tar"), name], work, log)
-    # The image built before under this name (an older key) is left untagged: drop it.
-    subprocess.run([podman, "image", "prune", "--force"], capture_output=True)
+    # The image built before under this name (an older key) is left untagged: drop it (not
+    # while a node container still runs it: then podman refuses, and it stays).
+    if older:
+        subprocess.run([podman, "rmi", older], capture_output=True)
     return name
 
 
