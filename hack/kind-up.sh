@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Antidote on kind, for machines with Docker (not the dev machines: they have no Docker
-# engine, so this script is not run in CI). Docs: docs/kind.md.
+# Antidote on kind: with Docker, or with podman and what `antidote dev build --kind` built
+# (`. ~/.cache/antidote/kind/env.sh` first; `make test-kind` runs it so). Docs: docs/kind.md.
 #   hack/kind-up.sh            # cluster "antidote", images, helm install, examples
 #   KIND_CLUSTER=foo hack/kind-up.sh
 # The chart is installed with hack/local-images.values.yaml, the values the local stack's
@@ -10,14 +10,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cluster=${KIND_CLUSTER:-antidote}
 tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/antidote/Chart.yaml)
-for tool in docker kind kubectl helm; do
+# Without Docker (docs/kind.md): KIND_NODE_IMAGE names the node image and
+# ANTIDOTE_IMAGE_ARCHIVES the images' OCI archives, as `antidote dev build --kind` writes them.
+archives=${ANTIDOTE_IMAGE_ARCHIVES:-}
+for tool in $([ -n "$archives" ] || echo docker) kind kubectl helm; do
   command -v "$tool" >/dev/null || { echo "kind-up: $tool is required" >&2; exit 1; }
 done
 
-kind get clusters | grep -qx "$cluster" || kind create cluster --name "$cluster" --wait 120s
-docker build -f docker/operator.Dockerfile -t "localhost/antidote/operator:$tag" .
-docker build -f docker/consumer.Dockerfile -t "localhost/antidote/consumer:$tag" .
-kind load docker-image --name "$cluster" "localhost/antidote/operator:$tag" "localhost/antidote/consumer:$tag"
+kind get clusters | grep -qx "$cluster" || kind create cluster --name "$cluster" --wait 120s \
+  ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"}
+if [ -n "$archives" ]; then
+  for archive in $archives; do kind load image-archive --name "$cluster" "$archive"; done
+else
+  docker build -f docker/operator.Dockerfile -t "localhost/antidote/operator:$tag" .
+  docker build -f docker/consumer.Dockerfile -t "localhost/antidote/consumer:$tag" .
+  kind load docker-image --name "$cluster" "localhost/antidote/operator:$tag" "localhost/antidote/consumer:$tag"
+fi
 
 helm upgrade --install antidote charts/antidote -n antidote --create-namespace --wait \
   --kube-context "kind-$cluster" -f hack/local-images.values.yaml

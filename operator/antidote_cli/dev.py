@@ -55,6 +55,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                         "local bases; needs root and --node (docs/images.md)")
     b.add_argument("--s3", action="store_true",
                    help="also build the S3 server and fetch the S3A jars (what `dev up --s3` needs)")
+    b.add_argument("--kind", action="store_true",
+                   help="also build kind, its node image (into podman's storage) and the "
+                        "project's image archives, and write the environment hack/kind-up.sh "
+                        "needs to ~/.cache/antidote/kind/env.sh; implies --node --images; needs "
+                        "root (docs/kind.md)")
     b.set_defaults(run=_build)
     im = add("images", "build the operator and consumer images (docker/*.Dockerfile) with docker, "
              "podman or buildah and push them to REGISTRY as antidote-operator:TAG and "
@@ -140,10 +145,16 @@ def _build(args: argparse.Namespace) -> int:
     from antidote_devstack import build
 
     try:
-        if args.images and not args.node:
+        if args.images and not (args.node or args.kind):
             raise StackError("build images", "--images needs --node (its Debian packages and base image)")
-        build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
-                        project=args.images, s3=args.s3)
+        build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node or args.kind,
+                        project=args.images or args.kind, s3=args.s3)
+        if args.kind:
+            from antidote_devstack import kind_env
+
+            kind_env.build()
+            print(f"# kind: load its environment with: . {kind_env.kind_dir() / 'env.sh'}; "
+                  "then hack/kind-up.sh (docs/kind.md)")
     except StackError as err:
         return _fail(err)
     return 0

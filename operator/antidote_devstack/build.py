@@ -77,6 +77,9 @@ GO_BINARIES = {
                  _containerd_ldflags()),
         GoBinary("coredns", "coredns", "antidote.dev/hack/coredns"),
         GoBinary("etcd", "etcd", "antidote.dev/hack/etcd"),
+        GoBinary("kubeadm", "kubeadm", "k8s.io/kubernetes/cmd/kubeadm", _kube_ldflags(), KUBE_TAGS),
+        GoBinary("kind", "kind", "sigs.k8s.io/kind"),
+        GoBinary("coredns-kind", "kind/coredns", "antidote.dev/hack/kind/coredns"),
         GoBinary("helm", "helm", "helm.sh/helm/v3/cmd/helm",
                  ("-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")),
         # A local OCI registry for the image tests only (`make images` pushes to it): built on demand.
@@ -188,9 +191,11 @@ def build_jars(name: str) -> Path:
     return target
 
 
-def ensure_node_packages() -> None:
-    """Install the node's Debian packages when missing (as root); else say which are needed."""
-    missing = sorted({pkg for path, pkg in NODE_PACKAGES.items() if not Path(path).exists()})
+def ensure_node_packages(packages: dict[str, str] | None = None) -> None:
+    """Install the node's Debian packages (or `packages`: path -> package) when missing (as
+    root); else say which are needed."""
+    wanted = NODE_PACKAGES if packages is None else packages
+    missing = sorted({pkg for path, pkg in wanted.items() if not Path(path).exists()})
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):

@@ -163,12 +163,14 @@ def _dynamic(elf: bytes) -> bool:
                for i in range(count))
 
 
-def _pack(name: str, stem: str, fill, config: list[str], key: tuple[bytes, ...]) -> Path:
-    """An OCI archive of one layer that `fill(work, rootfs, log)` writes, running as
-    65534:65534 (nobody; pods under the restricted standard run as non-root), cached by
-    `key`, the name, the config and umoci's version."""
+def _pack(name: str, stem: str, fill, config: list[str], key: tuple[bytes, ...],
+          user: str = "65534:65534") -> Path:
+    """An OCI archive of one layer that `fill(work, rootfs, log)` writes, running as `user`
+    (by default 65534:65534, nobody: pods under the restricted standard run as non-root),
+    cached by `key`, the name, the config, the user and umoci's version."""
     umoci = _require("umoci", f"build {stem} image", "apt-get install umoci")
-    digest = _digest(*key, name.encode(), " ".join(config).encode(), _tool_version(umoci, "--version"))
+    digest = _digest(*key, name.encode(), " ".join(config).encode(), _tool_version(umoci, "--version"),
+                     *([user.encode()] if user != "65534:65534" else []))
     target = cache_dir() / "images" / f"{stem}-{digest}.tar"
     if target.exists():
         return target
@@ -180,7 +182,7 @@ def _pack(name: str, stem: str, fill, config: list[str], key: tuple[bytes, ...])
             _run_logged_append(cmd, work, log)
         fill(work, bundle / "rootfs", log)
         for cmd in ([umoci, "repack", "--image", ref, str(bundle)],
-                    [umoci, "config", "--image", ref, "--config.user", "65534:65534", *config],
+                    [umoci, "config", "--image", ref, "--config.user", user, *config],
                     [umoci, "gc", "--layout", str(layout)],
                     ["tar", "-C", str(layout), "-cf", str(work / "image.tar"), "."]):
             _run_logged_append(cmd, work, log)
