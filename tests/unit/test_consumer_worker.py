@@ -8,11 +8,13 @@ outputs are exactly what `run_pass` alone gives.
 from __future__ import annotations
 
 import collections
+import faulthandler
 import json
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -65,7 +67,7 @@ def batch(values: list[bytes], topic: str = "src", headers: list | None = None) 
 
 
 @pytest.fixture(autouse=True)
-def _no_process_ending(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_process_ending(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """These tests run the worker in pytest's own process: the watchdog's last resort (ending
     a process whose attempt does not unwind within the grace, and faulthandler's timer after
     it) would end the pytest worker, which happened on a loaded machine with 0.2-0.3 s
@@ -73,6 +75,14 @@ def _no_process_ending(monkeypatch: pytest.MonkeyPatch) -> None:
     from antidote_consumer.worker import deadline
 
     monkeypatch.setattr(deadline, "kill_grace", lambda _limit: 60.0)
+    yield
+    # The watchdog's thread outlives the test (a daemon, as in a Python worker) and re-arms
+    # faulthandler's process-ending timer every round at hard_deadline(limit): left at these
+    # tests' 0.2-0.3 s limits, any later stall of ~6 s ended the pytest worker ("node down"
+    # near the end of `make test`). An hour from now on.
+    if deadline._watchdog is not None:
+        deadline._watchdog.limit = 3600.0
+    faulthandler.cancel_dump_traceback_later()
 
 
 def run(values: list[bytes], *, validation: dict | None = None, immediate: int = 2,
