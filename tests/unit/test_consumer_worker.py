@@ -8,7 +8,9 @@ outputs are exactly what `run_pass` alone gives.
 from __future__ import annotations
 
 import collections
+import contextlib
 import faulthandler
+import io
 import json
 import subprocess
 import sys
@@ -49,6 +51,10 @@ def handler(msg: Message):
         return {"v": msg.value.decode(), "headers": [k for k, _ in msg.headers]}
     if kind == "exit":
         raise SystemExit(3)  # ends the task, not a failure of the message
+    if kind == "muted":  # a handler that silences stderr (a logging library does) and is slow
+        with contextlib.redirect_stderr(io.StringIO()):
+            time.sleep(5)
+        return msg.value
     if kind == "hang":  # sleeps past any limit, and its own retry loop swallows Exceptions
         while True:
             try:
@@ -168,6 +174,17 @@ def test_an_attempt_past_the_time_limit_fails_with_attempt_timeout_and_the_other
     # Two attempts of 0.3 s each, ended by the watchdog: the handler's own sleep is an hour.
     # The upper bound only proves that (a tight one failed on a loaded machine: no timing here).
     assert 0.6 <= took < 60, took
+
+
+def test_the_limit_holds_for_a_handler_that_replaces_sys_stderr() -> None:
+    """The watchdog's thread arms faulthandler's timer every round: on sys.stderr, it raised
+    once a handler swapped sys.stderr for an object without a file descriptor, and the thread
+    died; this 5 s attempt then ran to its end (and a later hung one for ever)."""
+    _, [row] = run([b"muted:1"], immediate=0, attempt_timeout=0.3)
+    assert (row["kind"], row["error_class"], row["attempts"]) == ("retry", "antidote.AttemptTimeout", 1)
+    from antidote_consumer.worker import deadline
+
+    assert deadline._watchdog is not None and deadline._watchdog.thread.is_alive()
 
 
 def test_attempt_timeout_can_be_listed_as_non_retryable() -> None:

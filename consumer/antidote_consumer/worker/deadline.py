@@ -37,6 +37,7 @@ KILLED_EXIT = 124  # a worker that ended itself over a stuck attempt (coreutils 
 # After the watchdog's own kill (and a round or two of it): faulthandler's timer is the
 # fallback for a watchdog that cannot run, never a race with one that can.
 HARD_MARGIN_S = 5.0
+STDERR_FD = 2  # where the last resort's stacks and its reason are written
 
 
 class AttemptTimeout(BaseException):
@@ -72,8 +73,10 @@ class Watchdog:
         self.pid = os.getpid()
         self.main: int = threading.main_thread().ident or 0  # set once the interpreter runs
         self.soft = False
+        self._complained = False
         self.install()
-        threading.Thread(target=self._watch, name="antidote-attempt-watchdog", daemon=True).start()
+        self.thread = threading.Thread(target=self._watch, name="antidote-attempt-watchdog", daemon=True)
+        self.thread.start()
 
     def install(self) -> None:
         """(Re)installs the signal handler: only the main thread may, and Python code there
@@ -108,8 +111,14 @@ class Watchdog:
         fired_at = 0.0
         while True:
             # Pushed back every round: it fires only after a whole hard_deadline in which
-            # this thread could not run, which no attempt within its limit causes.
-            faulthandler.dump_traceback_later(hard_deadline(self.limit), exit=True)
+            # this thread could not run, which no attempt within its limit causes. To file
+            # descriptor 2, not sys.stderr: a handler that replaces sys.stderr with an object
+            # without a descriptor (contextlib.redirect_stderr, a logging library, pytest's
+            # capsys) made this call raise, and the thread died with every limit it enforces.
+            try:
+                faulthandler.dump_traceback_later(hard_deadline(self.limit), exit=True, file=STDERR_FD)
+            except (OSError, ValueError) as err:  # fd 2 closed by the handler: still watch
+                self._complain(f"faulthandler's timer could not be armed ({err})")
             time.sleep(self.poll)
             started = self.started
             if not started:
@@ -123,13 +132,23 @@ class Watchdog:
             elif now - fired_at >= kill_grace(self.limit):
                 self._kill(now - started)
 
+    def _complain(self, what: str) -> None:
+        if not self._complained:
+            self._complained = True
+            try:
+                os.write(STDERR_FD, f"antidote: {what}; the limit and the watchdog's own kill still apply\n".encode())
+            except OSError:
+                pass
+
     def _kill(self, late: float) -> None:
         msg = self.msg
         where = f"{msg.topic}/{msg.partition}/{msg.offset}" if msg is not None else "a message"
-        os.write(2, (f"antidote: the attempt on {where} is still running {late:.1f}s after it started "
-                     f"(spec.retries.attemptTimeout {self.limit:g}s, plus {kill_grace(self.limit):g}s "
-                     "to unwind): ending this Python worker\n").encode())
-        os._exit(KILLED_EXIT)
+        try:
+            os.write(STDERR_FD, (f"antidote: the attempt on {where} is still running {late:.1f}s after it "
+                                 f"started (spec.retries.attemptTimeout {self.limit:g}s, plus "
+                                 f"{kill_grace(self.limit):g}s to unwind): ending this Python worker\n").encode())
+        finally:  # fd 2 closed by the handler: ending the process matters more than saying why
+            os._exit(KILLED_EXIT)
 
 
 _watchdog: Watchdog | None = None
