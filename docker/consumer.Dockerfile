@@ -49,9 +49,13 @@ RUN groupadd --gid 10001 antidote && useradd --uid 10001 --gid 10001 --create-ho
 # Antidote itself (its dependencies are in place: nothing else is fetched).
 FROM ${DEPS}
 WORKDIR /src
+# The folders of what runs here (docs/architecture.md): the contracts, the data plane and the
+# handlers' API, and the CLI its pods start (`antidote consumer`, `antidote reader`); never
+# the operator or dev/.
 COPY README.md pyproject.toml ./
-COPY operator/ operator/
+COPY api/ api/
 COPY consumer/ consumer/
+COPY cli/ cli/
 RUN pip install --no-deps --no-build-isolation . && rm -rf /src
 USER 10001:10001
 WORKDIR /home/antidote

@@ -25,12 +25,17 @@ RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb')
  && rm -rf /deps
 RUN groupadd --gid 10001 antidote && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin antidote
 
-# Antidote itself (its dependencies are in place: nothing else is fetched).
+# Antidote itself (its dependencies are in place: nothing else is fetched): the folders of
+# what runs here (docs/architecture.md), never dev/. The contracts, the operator, the CLI, and
+# the data plane's pure-Python half that the on-call commands read the ledger and the poison
+# topics with (its Spark half stays unimported: no pyspark here).
 FROM ${DEPS}
 WORKDIR /src
 COPY README.md pyproject.toml ./
+COPY api/ api/
 COPY operator/ operator/
 COPY consumer/ consumer/
+COPY cli/ cli/
 RUN pip install --no-deps --no-build-isolation . && rm -rf /src
 USER 10001:10001
 WORKDIR /tmp

@@ -9,7 +9,7 @@ command -v "$PY" >/dev/null || PY=python3
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"' \
   || { echo "install: Python >= 3.11 is required (found $("$PY" --version 2>&1))" >&2; exit 1; }
 # The editable install maps top-level packages when it runs: a new package re-installs.
-stamp=.venv/.installed-$( (cat pyproject.toml constraints.txt; ls -d operator/*/ consumer/*/) | sha256sum | cut -c1-16)
+stamp=.venv/.installed-$( (cat pyproject.toml constraints.txt; ls -d api/*/ operator/*/ consumer/*/ cli/*/ dev/*/) | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "==> install: creating .venv and installing antidote (first run downloads pyspark, ~300 MB)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv

@@ -3,5 +3,6 @@ decisions. `context` holds what handlers share (Options, Context, the Syncer); `
 syncs one QueueConsumer: it observes (`observations`, `state`, the metrics `watcher`), asks
 `status.decide` (one function per condition) and applies the children `builders/` render
 (`driver`, `reader_job`); `reader_jobs` decides when a poison-reader Job starts and
-`reader_control` starts it. `devrunner/` plays kubelet for the local stack (dev only); `peering`
-and `metrics` are the operator's own. Run it with `antidote operator` (docs/operator.md)."""
+`reader_control` starts it. `child_runner` is the one hook for what runs children where no
+kubelet does (the local stack's dev runner, dev/antidote_devrunner, passed in by the CLI);
+`peering` and `metrics` are the operator's own. Run it with `antidote operator` (docs/operator.md)."""

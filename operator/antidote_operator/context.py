@@ -1,7 +1,7 @@
 """What the operator's handlers share: the options it was started with (`Options`), the
 shared state and clients (`Context`, reached through Kopf's `memo.ctx`), and the `Syncer`
 that runs reconciliations in the background. Reconciling itself is `reconcile.sync_consumer`,
-handed to the Context by `main`, so this module imports neither it nor the dev runner."""
+handed to the Context by `main`, so this module does not import it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .builders.reader_job import JobOptions
 from .state import JobIndex, Registry
 
 if TYPE_CHECKING:
-    from .devrunner import DevRunner
+    from .child_runner import ChildRunner
 
 log = logging.getLogger("antidote.operator")
 
@@ -44,14 +44,10 @@ def brief(err: BaseException) -> str:
 @dataclass
 class Options:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    dev_runner: bool = False
     # Hold antidote.dev/finalizer and delete a deleted consumer's children itself: for an API
     # server without a garbage collector (the local stack). A cluster's collector deletes
     # them through their owner references.
     finalizer: bool = False
-    dev_runner_dir: str | None = None
-    dev_runner_master: str = "local[2]"
-    dev_runner_targets: str | None = None  # file_sd folder of the stack's Prometheus
     metrics_port: int | None = 8080
     peering: str | None = None
     priority: int = 0
@@ -74,7 +70,8 @@ class Context:
         self.registry = Registry()
         self.metrics = OperatorMetrics(self.registry)
         self.syncer = Syncer(self, sync)
-        self.devrunner: DevRunner | None = None
+        # Runs consumers' children where no kubelet does (child_runner.py): None on a cluster.
+        self.runner: ChildRunner | None = None
         self.reader_index = JobIndex()  # reader Jobs per consumer, from the watch stream
         self.pod_problems = PodProblems()  # why driver pods do not run, from the Pod watch
         self.listed_children = ListedChildren(kube_client)  # a restart's reads (once)

@@ -73,11 +73,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     watches = driver_watches(ctx)
     ctx.pod_problems.watches = [w for w in watches if w.kind is kube.POD]
     memo.watches = [asyncio.create_task(w.run(), name=f"watch {w.where}") for w in watches]
-    if ctx.devrunner is not None and ctx.devrunner.targets is not None and ctx.options.metrics_port:
-        ctx.devrunner.targets.operator(ctx.options.metrics_port)
-    if ctx.devrunner is not None:
-        log.warning("DEV RUNNER ON: consumer Deployments run as local processes of this "
-                    "operator (local stack only; never on a real cluster)")
+    if ctx.runner is not None:
+        ctx.runner.started(ctx.options.metrics_port)
 
 
 @kopf.on.cleanup()
@@ -88,8 +85,8 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await ctx.syncer.close()
-    if ctx.devrunner is not None:
-        await ctx.devrunner.close()
+    if ctx.runner is not None:
+        await ctx.runner.close()
     # The API client is closed by `main.operate`, which made it, once Kopf has returned.
 
 

@@ -1,4 +1,5 @@
-"""Running the operator: Kopf with Antidote's handlers, watcher and (optionally) dev runner."""
+"""Running the operator: Kopf with Antidote's handlers and watcher, and a ChildRunner where no
+kubelet runs (child_runner.py; the caller passes its factory)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import kopf
 from antidote_api.wire import cli_prefix
 
 from . import heap, kube
+from .child_runner import ChildRunnerRefused, RunnerFactory
 from .context import Context, Options
 from .reconcile import sync_consumer
 
@@ -27,29 +29,15 @@ def _logging(verbose: bool) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
-async def operate(options: Options, *, stop_flag: asyncio.Event | None = None,
-                  ready_flag: asyncio.Event | None = None) -> None:
+async def operate(options: Options, *, runner: RunnerFactory | None = None,
+                  stop_flag: asyncio.Event | None = None, ready_flag: asyncio.Event | None = None) -> None:
     from . import handlers  # noqa: F401 - registers the Kopf handlers
 
     k = kube.Kube.from_environment()
     try:
         ctx = Context(options, k, sync_consumer)
-        if options.dev_runner:
-            from .devrunner.local import DevRunnerRefused, check_allowed
-            from .devrunner.runner import DevRunner
-
-            if options.peering:
-                raise DevRunnerRefused("it runs consumers inside this process, so it cannot hand "
-                                       "them over to another replica: drop --peering")
-            await check_allowed(k)
-            targets = None
-            if options.dev_runner_targets:
-                from .devrunner.targets import TargetFiles
-
-                targets = TargetFiles(options.dev_runner_targets)
-                targets.prune()
-            ctx.devrunner = DevRunner(k, base=options.dev_runner_dir, master=options.dev_runner_master,
-                                      targets=targets)
+        if runner is not None:
+            ctx.runner = await runner(k, options)
         await kopf.operator(
             clusterwide=not options.namespaces, namespaces=options.namespaces,
             # Without --peering the operator runs alone; with it, replicas elect one active
@@ -61,7 +49,7 @@ async def operate(options: Options, *, stop_flag: asyncio.Event | None = None,
         await k.close()  # also on a refusal before Kopf starts
 
 
-def run(options: Options, verbose: bool = False) -> int:
+def run(options: Options, verbose: bool = False, runner: RunnerFactory | None = None) -> int:
     _logging(verbose)
     heap.limit_arenas()  # before any thread exists (DNS lookups, the metrics server)
     heap.small_tls_buffers()  # before the first connection
@@ -74,15 +62,14 @@ def run(options: Options, verbose: bool = False) -> int:
              f"Prometheus at {options.prometheus_url}" if options.prometheus_url
              else f"scraping consumers every {options.scrape_interval:g}s")
     try:
-        asyncio.run(operate(options))
+        asyncio.run(operate(options, runner=runner))
     except KeyboardInterrupt:
         return 0
     except Exception as err:
-        from .devrunner.local import DevRunnerRefused
         from .kube_login import LoginRefused
 
-        if isinstance(err, DevRunnerRefused):
-            print(f"{cli_prefix('operator')}--dev-runner refused: {err}", file=sys.stderr)
+        if isinstance(err, ChildRunnerRefused):
+            print(f"{cli_prefix('operator')}{err}", file=sys.stderr)
             return 2
         if isinstance(err, LoginRefused):
             print(f"{cli_prefix('operator')}cannot log in to the API server: {err}", file=sys.stderr)

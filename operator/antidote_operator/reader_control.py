@@ -52,9 +52,11 @@ def on_job(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
     ns = (body.get("metadata") or {}).get("namespace")
     if not ns:
         return
-    view = ctx.reader_index.put(ns, body, deleted)
-    if ctx.devrunner is not None and ownership.owned_by_a_consumer(body):
-        ctx.devrunner.observe_job(body, deleted)  # it plays kubelet for consumers' children only
+    runner = ctx.runner
+    report = runner.job_report((body.get("metadata") or {}).get("annotations") or {}) if runner else None
+    view = ctx.reader_index.put(ns, body, deleted, report)
+    if runner is not None and ownership.owned_by_a_consumer(body):
+        runner.observe_job(body, deleted)  # it plays kubelet for consumers' children only
     if view is not None and ctx.registry.peek(ns, view.consumer) is not None:
         ctx.syncer.kick(ns, view.consumer)
 

@@ -29,7 +29,6 @@ from . import autoscaler, kube, ownership, reader_control
 from .builders import driver
 from .builders.common import LABEL_CONSUMER, RenderOptions
 from .context import Context, brief
-from .devrunner.annotations import DEV_RUNNER_METRICS, dev_runner_termination
 from .observations import DeploymentView, Termination
 from .pod_problems import driver_pod_problem
 from .state import ConsumerState
@@ -339,8 +338,9 @@ def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
     consumer = (meta.get("labels") or {}).get(LABEL_CONSUMER)
     if not ns or not consumer:
         return
-    if ctx.devrunner is not None and ownership.owned_by_a_consumer(body):
-        ctx.devrunner.observe(body, deleted)  # it plays kubelet for consumers' children only
+    runner = ctx.runner
+    if runner is not None and ownership.owned_by_a_consumer(body):
+        runner.observe(body, deleted)  # it plays kubelet for consumers' children only
     st = ctx.registry.peek(ns, consumer)
     if st is None:
         return  # not a consumer this operator knows (yet): its handlers will sync it
@@ -363,10 +363,12 @@ def on_deployment(ctx: Context, body: Mapping[str, Any], deleted: bool) -> None:
     if view.available > 0 and (st.deployment is None or st.deployment.available == 0):
         st.driver_ready_at = datetime.now(timezone.utc)
     st.deployment = view
-    url = annotations.get(DEV_RUNNER_METRICS)
+    # Where no kubelet runs the driver, its runner says where its /metrics are and how it
+    # ended; on a cluster, metrics_url_template and the pod's status do.
+    url = runner.metrics_url(annotations) if runner is not None else None
     if url != st.metrics_url:
         st.metrics_url = url
-    terminated = note_termination(ctx, st, dev_runner_termination(annotations))
+    terminated = note_termination(ctx, st, runner.termination(annotations) if runner is not None else None)
     if syncing_first_sight and not terminated:
         return
     if changed or terminated or (st.desired_replicas is not None and view.replicas != st.desired_replicas):

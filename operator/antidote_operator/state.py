@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .devrunner.annotations import DEV_RUNNER_REPORT
 from .executor_scale import Progress
 from .observations import DeploymentView, PoisonMemory, Sample, Termination
 from .reader_jobs import JobView, job_view
@@ -94,7 +93,10 @@ class JobIndex:
     reports: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, job) -> report
     listed: set[str] = field(default_factory=set)  # namespaces listed once
 
-    def put(self, namespace: str, body: Mapping[str, Any], deleted: bool = False) -> JobView | None:
+    def put(self, namespace: str, body: Mapping[str, Any], deleted: bool = False,
+            report: str | None = None) -> JobView | None:
+        """The Job's view, indexed; `report` is its reader's report when a ChildRunner ran it
+        (on a cluster the report is read from its pod's termination message)."""
         view = job_view(body)
         if view is None:
             return None
@@ -104,9 +106,8 @@ class JobIndex:
             self.reports.pop((namespace, view.name), None)
         else:
             per[view.name] = view
-            rep = ((body.get("metadata") or {}).get("annotations") or {}).get(DEV_RUNNER_REPORT)
-            if rep:
-                self.reports[(namespace, view.name)] = rep
+            if report:
+                self.reports[(namespace, view.name)] = report
         return view
 
     def of(self, namespace: str, consumer: str) -> list[JobView]:

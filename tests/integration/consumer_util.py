@@ -13,10 +13,13 @@ import yaml
 from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
+from antidote_devstack.paths import code_path
 
 from .kafka_io import read_all
 
 REPO = Path(__file__).resolve().parents[2]
+# For processes started from the checkout (a worktree runs its own code): the layers' folders.
+CODE_PATH = code_path()
 
 
 def run(spark, s: EffectiveSettings, retry_sleep: float = 0.1, deadline: float = 300, recovered=None):

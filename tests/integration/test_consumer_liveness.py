@@ -19,13 +19,13 @@ from antidote_consumer.worker.executor import WorkerConfig
 from antidote_devstack.procs import free_port
 
 from . import consumer_util as cu
-from .consumer_util import REPO, start
+from .consumer_util import start
 from .kafka_io import produce
 from .test_consumer_process import kill9, wait_until
 
 HANDLER = "tests.integration.handlers_liveness:freeze_on_freeze"
 # The worktree's packages first (the venv's editable install may point at another checkout).
-PYTHONPATH = os.pathsep.join(str(p) for p in (REPO, REPO / "operator", REPO / "consumer"))
+PYTHONPATH = cu.CODE_PATH
 
 
 def _health(port: int) -> tuple[int, str]:

@@ -5,7 +5,6 @@ batch and disabling the queue."""
 
 from __future__ import annotations
 
-import os
 import urllib.request
 
 from antidote_api.names import ledger_names
@@ -15,13 +14,13 @@ from antidote_consumer.worker.ordering import held_count
 from antidote_devstack.procs import free_port
 
 from . import consumer_util as cu
-from .consumer_util import REPO, start
+from .consumer_util import start
 from .kafka_io import produce, read_all
 from .test_consumer_process import kill9, wait_until
 
 MAX_HELD = 40_000  # x ~29 bytes a held message: ~1.16 MB of chains in one partition
 # The worktree's packages first (the venv's editable install may point at another checkout).
-PYTHONPATH = os.pathsep.join(str(p) for p in (REPO, REPO / "operator", REPO / "consumer"))
+PYTHONPATH = cu.CODE_PATH
 
 
 def _held_metric(port: int) -> float:

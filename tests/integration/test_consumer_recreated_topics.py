@@ -25,7 +25,7 @@ from .kafka_io import produce, read_all
 
 pytestmark = pytest.mark.integration
 
-CODE_PATH = os.pathsep.join(str(cu.REPO / d) for d in ("", "operator", "consumer"))
+CODE_PATH = cu.CODE_PATH
 CYCLES = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"}}
 
 

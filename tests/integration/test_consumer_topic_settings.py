@@ -23,7 +23,7 @@ from .operator_util import Cluster, consumer, install_crds, operator, policy
 pytestmark = pytest.mark.integration
 
 # The subprocesses run this checkout's code (consumer_util.start names only the repository).
-CODE_PATH = os.pathsep.join(str(cu.REPO / d) for d in ("", "operator", "consumer"))
+CODE_PATH = cu.CODE_PATH
 CYCLES = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"}}
 
 

@@ -37,7 +37,7 @@ def unique_name() -> str:
 
 
 # This checkout's packages first: the venv's editable install may point at another one.
-PATH = os.pathsep.join(str(p) for p in (REPO, REPO / "operator", REPO / "consumer"))
+PATH = cu.CODE_PATH
 
 
 def start(stack, calls_dir: Path, tmp_path: Path, args: list[str]):

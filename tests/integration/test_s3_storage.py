@@ -21,7 +21,7 @@ from .consumer_util import start
 from .kafka_io import produce, read_all
 from .test_consumer_process import exited, kill9, wait_until
 
-CODE_PATH = os.pathsep.join(str(cu.REPO / d) for d in ("", "operator", "consumer"))
+CODE_PATH = cu.CODE_PATH
 POLICY = {"retries": {"immediate": 0, "cycles": 0}}
 
 

@@ -27,7 +27,7 @@ def _schema(kind: str) -> dict[str, Any]:
 def test_committed_file_matches_the_models(rel: str) -> None:
     path = ROOT / rel
     assert path.is_file(), f"{rel} is missing; {FIX}"
-    assert path.read_text() == GENERATED[rel], f"{rel} drifted from operator/antidote_api; {FIX}"
+    assert path.read_text() == GENERATED[rel], f"{rel} drifted from api/antidote_api; {FIX}"
 
 
 def test_chart_copy_is_byte_identical() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from antidote_consumer import spark
 from antidote_devstack import build, paths
-from antidote_operator.devrunner import local as devrunner
+from antidote_devrunner import local as devrunner
 
 
 def test_the_consumer_reads_its_jars_from_the_environment_only(monkeypatch) -> None:

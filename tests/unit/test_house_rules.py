@@ -1,22 +1,25 @@
-"""Two rules of the code's structure that anyone can check with the project's own tools:
-no module imports itself back through others (no import cycle, tests and benchmarks
-included), and no module of the shipped packages grows past 450 lines (a module that does
-one thing reads in one sitting; new logic goes into a new module named for it)."""
+"""Rules of the code's structure that anyone can check with the project's own tools: each
+layer imports only the layers below it (docs/architecture.md), no module imports itself back
+through others (no import cycle, tests and benchmarks included), and no module of the
+packages grows past 450 lines (a module that does one thing reads in one sitting; new logic
+goes into a new module named for it)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+from antidote_devstack.paths import source_roots
+
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = [ROOT / "operator", ROOT / "consumer"]
+SHIPPED = source_roots()  # api/, operator/, consumer/, cli/, dev/
 ALSO = [ROOT / "tests", ROOT / "benchmarks", ROOT / "hack", ROOT / "examples"]
 MAX_LINES = 450
 
 
 def _modules() -> dict[str, Path]:
-    """Dotted name -> file, for every Python file of the repository (the packages under
-    operator/ and consumer/ by their import names, the rest from the repository's root)."""
+    """Dotted name -> file, for every Python file of the repository (the packages under the
+    layers' folders by their import names, the rest from the repository's root)."""
     out: dict[str, Path] = {}
     for base in SHIPPED:
         for f in base.rglob("*.py"):
@@ -114,3 +117,56 @@ def test_no_shipped_module_is_longer_than_the_rule() -> None:
     long = {str(f.relative_to(ROOT)): n for base in SHIPPED for f in base.rglob("*.py")
             if (n := len(f.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"over {MAX_LINES} lines: {long}"
+
+
+# Who may import whom, by top-level package (docs/architecture.md draws it). The contracts
+# import nothing of ours; the operator and the data plane only the contracts (and the data
+# plane the handlers' API it serves); the CLI sits on both; the dev tooling on what it runs.
+DEV = {"antidote_devstack", "antidote_demo", "antidote_devrunner"}
+MAY_IMPORT = {
+    "antidote_api": set(),
+    "antidote": {"antidote_api", "antidote_consumer"},
+    "antidote_consumer": {"antidote_api", "antidote"},
+    "antidote_operator": {"antidote_api"},
+    "antidote_cli": {"antidote_api", "antidote", "antidote_consumer", "antidote_operator"},
+    "antidote_devstack": {"antidote_api"},
+    "antidote_devrunner": {"antidote_api", "antidote_operator", "antidote_devstack"},
+    "antidote_demo": {"antidote_api", "antidote", "antidote_consumer", "antidote_devstack"},
+}
+# The images carry the CLI but not the dev tooling: the CLI reaches it only from inside the
+# functions of its dev commands (`antidote dev`, `demo`, `operator --dev-runner`), which a
+# checkout or `pip install antidote[dev]` brings.
+LAZY = {"antidote_cli": DEV}
+
+
+def _layer_breaches() -> list[str]:
+    known = _modules()
+    out = []
+    for name, path in sorted(known.items()):
+        top = name.split(".")[0]
+        if top not in MAY_IMPORT:
+            continue  # tests, benchmarks, hack, examples
+        module_level = {t for node in ast.parse(path.read_text()).body
+                        for t in _top_imports(node)}
+        for t in sorted(_imports(name, path, known)):
+            other = t.split(".")[0]
+            if other == top or other not in MAY_IMPORT:
+                continue
+            lazy_ok = other in LAZY.get(top, set()) and other not in module_level
+            if other not in MAY_IMPORT[top] and not lazy_ok:
+                out.append(f"{name} imports {t}")
+    return out
+
+
+def _top_imports(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name.split(".")[0] for a in node.names}
+    if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        return {node.module.split(".")[0]}
+    return set()
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    assert set(MAY_IMPORT) == {d.name for base in SHIPPED for d in base.iterdir()
+                               if (d / "__init__.py").exists()}, "a package without a layer rule"
+    assert _layer_breaches() == []

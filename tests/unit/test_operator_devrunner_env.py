@@ -1,4 +1,4 @@
-"""The dev runner's kubelet part for a container's environment (devrunner/env.py): env and
+"""The dev runner's kubelet part for a container's environment (dev/antidote_devrunner/env.py): env and
 envFrom resolved from Secrets and ConfigMaps, the pod's own order, optional refs, and a
 missing one refused naming the variable and the object."""
 
@@ -10,7 +10,7 @@ import base64
 import pytest
 
 from antidote_operator import kube
-from antidote_operator.devrunner import env as env_of
+from antidote_devrunner import env as env_of
 
 
 class FakeKube:

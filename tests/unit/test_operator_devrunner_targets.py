@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from antidote_operator.devrunner.targets import PID_LABEL, TargetFiles
+from antidote_devrunner.targets import PID_LABEL, TargetFiles
 
 
 def test_files_name_each_endpoint_and_go_away_on_close(tmp_path) -> None:

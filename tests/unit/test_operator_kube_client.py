@@ -230,7 +230,7 @@ def test_the_operator_process_imports_no_kubernetes_package() -> None:
     code = ("import sys\n"
             "from antidote_operator import no_kubernetes\n"
             "assert no_kubernetes.keep_out()\n"
-            "import antidote_operator.main, antidote_operator.handlers, antidote_operator.devrunner.runner\n"
+            "import antidote_operator.main, antidote_operator.handlers, antidote_devrunner.runner\n"
             "import kopf\n"
             "loaded = [m for m, v in sys.modules.items() if m.split('.')[0] == 'kubernetes' and v is not None]\n"
             "assert not loaded, loaded\n"

@@ -200,7 +200,9 @@ def test_another_deployment_with_the_consumers_label_is_neither_run_nor_counted(
     registry = Registry()
     st = registry.get("shop", "web")
     st.uid = "uid-web"
-    ctx = SimpleNamespace(registry=registry, devrunner=SimpleNamespace(observe=lambda b, d: observed.append("run")),
+    ctx = SimpleNamespace(registry=registry, runner=SimpleNamespace(observe=lambda b, d: observed.append("run"),
+                                                                  metrics_url=lambda a: None,
+                                                                  termination=lambda a: None),
                           syncer=SimpleNamespace(kick=lambda *a, **k: observed.append("kick")))
     theirs = foreign("Deployment", "web", spec={"replicas": 1}, status={"availableReplicas": 1})
     theirs["metadata"]["labels"]["antidote.dev/consumer"] = "web"

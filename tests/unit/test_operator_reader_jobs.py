@@ -276,8 +276,7 @@ def test_pod_report_is_the_reader_containers_termination_message() -> None:
 def test_job_index_feeds_from_events() -> None:
     idx = JobIndex()
     body = job_body("orders-reader-drain-a", {})
-    body["metadata"]["annotations"]["antidote.dev/dev-runner-report"] = REPORT
-    idx.put("shop", body)
+    idx.put("shop", body, report=REPORT)  # a ChildRunner's report of the Job's run
     assert [j.name for j in idx.of("shop", "orders")] == ["orders-reader-drain-a"]
     assert idx.reports[("shop", "orders-reader-drain-a")] == REPORT
     idx.put("shop", body, deleted=True)
@@ -286,7 +285,7 @@ def test_job_index_feeds_from_events() -> None:
 
 
 def test_dev_runner_rewrites_a_reader_jobs_command_for_a_local_process() -> None:
-    from antidote_operator.devrunner.local import translate_job
+    from antidote_devrunner.local import translate_job
 
     job = reader_job.build_reader_job(settings(), RenderOptions(), trigger="drain", name="n",
                               request=DrainRequest(id="r", action="Drop", dry_run=True))

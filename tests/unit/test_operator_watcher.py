@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from prometheus_client import generate_latest
 
 from antidote_consumer.driver.metrics import Metrics
-from antidote_operator.devrunner.annotations import dev_runner_termination
-from antidote_operator.devrunner.local import translate
+from antidote_devrunner.annotations import dev_runner_termination
+from antidote_devrunner.local import translate
 from antidote_operator.kube import is_subset, owned_part
 from antidote_operator.reconcile import pod_termination
 from antidote_operator.watcher import parse_metrics, parse_promql, promql_disabled, promql_selector

@@ -15,23 +15,30 @@ def test_copy_sources_are_the_local_ones_of_the_dockerfiles() -> None:
     consumer = (ROOT / "docker/consumer.Dockerfile").read_text()
     assert pi.copy_sources(consumer) == ["hack/spark/pom.xml", "hack/s3/pom.xml", "pyproject.toml", "constraints.txt",
                                          "docker/spark-entrypoint.sh", "README.md", "pyproject.toml",
-                                         "operator/", "consumer/"]
+                                         "api/", "consumer/", "cli/"]
     operator = (ROOT / "docker/operator.Dockerfile").read_text()
     assert pi.copy_sources(operator) == ["pyproject.toml", "constraints.txt", "README.md",
-                                         "pyproject.toml", "operator/", "consumer/"]
+                                         "pyproject.toml", "api/", "operator/", "consumer/", "cli/"]
+
+
+# What each image runs, by layer folder (docs/architecture.md): the dev tooling in neither,
+# the operator not in the consumer's. (The operator image carries consumer/ for the on-call
+# commands, which read the ledger and the poison topics with its pure-Python modules.)
+LAYERS = {"consumer": {"api/", "consumer/", "cli/"}, "operator": {"api/", "operator/", "consumer/", "cli/"}}
 
 
 @pytest.mark.parametrize("dockerfile", ["consumer", "operator"])
 def test_sources_change_only_the_last_stage(dockerfile) -> None:
-    """The deps stage copies no source of Antidote's: a change to operator/ or consumer/
-    keeps the deps image (its key); the last stage copies them, and no dependency file."""
+    """The deps stage copies no source of Antidote's: a change to a layer's folder keeps the
+    deps image (its key); the last stage copies the image's layers, and no dependency file."""
     text = (ROOT / f"docker/{dockerfile}.Dockerfile").read_text()
     last = pi.LAST_STAGE.search(text)
     assert last, "the last stage starts FROM ${DEPS}"
     assert re.search(r"^ARG DEPS=deps$", text, re.M) and re.search(r"^FROM \S+ AS deps$", text, re.M)
     head, tail = pi.copy_sources(text[:last.start()]), pi.copy_sources(text[last.start():])
-    assert not {"operator/", "consumer/", "README.md"} & set(head), head
-    assert {"operator/", "consumer/"} <= set(tail) and "constraints.txt" not in tail, tail
+    assert not {"api/", "operator/", "consumer/", "cli/", "dev/", "README.md"} & set(head), head
+    folders = {s for s in tail if s.endswith("/")}
+    assert folders == LAYERS[dockerfile] and "constraints.txt" not in tail, tail
     assert pi.deps_name("localhost/antidote/x:1.0") == "localhost/antidote/x-deps:1.0"
 
 

@@ -22,8 +22,9 @@ from urllib.parse import urlparse
 from antidote_api.wire import SPARK_JARS_ENV as JARS_ENV
 from antidote_devstack.build import checkout_spark_jars
 
-from .. import kube
-from ..builders import driver
+from antidote_operator import kube
+from antidote_operator.child_runner import ChildRunnerRefused
+from antidote_operator.builders import driver
 from .targets import TargetFiles
 
 log = logging.getLogger("antidote.operator.devrunner")
@@ -58,8 +59,9 @@ class LocalRun:
         self.proc: asyncio.subprocess.Process | None = None
 
 
-class DevRunnerRefused(RuntimeError):
-    pass
+class DevRunnerRefused(ChildRunnerRefused):
+    def __init__(self, why: str) -> None:
+        super().__init__(f"--dev-runner refused: {why}")
 
 
 async def check_allowed(k: kube.Kube) -> None:

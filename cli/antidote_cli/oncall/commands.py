@@ -128,7 +128,7 @@ def drain_request(args: argparse.Namespace) -> Any:
 
 
 def job_report(k: Cluster, job: Any) -> str | None:
-    from antidote_operator.devrunner.annotations import DEV_RUNNER_REPORT
+    from antidote_api.wire import DEV_RUNNER_REPORT
 
     ann = job.metadata.annotations or {}
     if ann.get(DEV_RUNNER_REPORT):

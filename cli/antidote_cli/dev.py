@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-
-from antidote_devstack.errors import StackError
 
 # The stack's modules (and `cryptography`, for its PKI) are imported inside the commands that
 # use them, not when the CLI starts: every `antidote` process imports this module, the
-# operator's too, where they were ~9 MB of resident memory it never used.
+# operator's too, where they were ~9 MB of resident memory it never used; and the images
+# carry the CLI without the dev tooling (dev/), so `antidote dev` there says it is missing.
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -41,10 +41,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                     help="also run an S3-compatible server (SeaweedFS, built from its Go module) "
                          "with a bucket, for s3a:// checkpoints, sinks and archives; `dev env` "
                          "names it; added to a running stack without a restart (docs/storage.md)")
-    up.set_defaults(run=_up)
-    add("down", "stop everything the stack started").set_defaults(run=_down)
-    add("env", "print shell exports for the running stack").set_defaults(run=_env)
-    add("status", "is the stack running?").set_defaults(run=_status)
+    up.set_defaults(run=_guarded(_up))
+    add("down", "stop everything the stack started").set_defaults(run=_guarded(_down))
+    add("env", "print shell exports for the running stack").set_defaults(run=_guarded(_env))
+    add("status", "is the stack running?").set_defaults(run=_guarded(_status))
     b = add("build", "build and cache binaries and jars, start nothing")
     b.add_argument("--with", dest="extra", action="append", default=[],
                    choices=["kube-controller-manager", "kube-scheduler"])
@@ -60,7 +60,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         "project's image archives, and write the environment hack/kind-up.sh "
                         "needs to ~/.cache/antidote/kind/env.sh; implies --node --images; needs "
                         "root (docs/kind.md)")
-    b.set_defaults(run=_build)
+    b.set_defaults(run=_guarded(_build))
     im = add("images", "build the operator and consumer images (docker/*.Dockerfile) with docker, "
              "podman or buildah and push them to REGISTRY as antidote-operator:TAG and "
              "antidote-consumer:TAG (`make images`, docs/images.md)")
@@ -74,29 +74,34 @@ def register(commands: argparse._SubParsersAction) -> None:
     im.add_argument("--tls-verify", choices=["true", "false"], default="true",
                     help="false: push to a plain-HTTP registry (podman, buildah)")
     im.add_argument("--no-push", dest="push", action="store_false", help="build only")
-    im.set_defaults(run=_images)
+    im.set_defaults(run=_guarded(_images))
     add("load-images", "build (or find cached) the operator and consumer images and load them into "
         "the running node, under the names hack/local-images.values.yaml gives the chart; needs "
-        "root and `dev up --node` (docs/node.md)").set_defaults(run=_load_images)
+        "root and `dev up --node` (docs/node.md)").set_defaults(run=_guarded(_load_images))
 
 
 def _dir(args: argparse.Namespace) -> Path | None:
     return getattr(args, "dir", None)
 
 
-def _fail(err: StackError) -> int:
-    print(f"antidote dev: {err}", file=sys.stderr)
-    return 1
+def _guarded(action: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`action` with the stack's refusals (StackError) as one line and exit 1."""
+    def run(args: argparse.Namespace) -> int:
+        from antidote_devstack.errors import StackError  # absent in the images: main says so
+
+        try:
+            return action(args)
+        except StackError as err:
+            print(f"antidote dev: {err}", file=sys.stderr)
+            return 1
+    return run
 
 
 def _up(args: argparse.Namespace) -> int:
     from antidote_devstack import build, stack
 
-    try:
-        s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
-                     prometheus=args.prometheus, s3=args.s3)
-    except StackError as err:
-        return _fail(err)
+    s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
+                 prometheus=args.prometheus, s3=args.s3)
     print(f"# stack running in {s.dir}; load it with: eval \"$(antidote dev env)\"")
     return 0
 
@@ -143,20 +148,18 @@ def _status(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from antidote_devstack import build
+    from antidote_devstack.errors import StackError
 
-    try:
-        if args.images and not (args.node or args.kind):
-            raise StackError("build images", "--images needs --node (its Debian packages and base image)")
-        build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node or args.kind,
-                        project=args.images or args.kind, s3=args.s3)
-        if args.kind:
-            from antidote_devstack import kind_env
+    if args.images and not (args.node or args.kind):
+        raise StackError("build images", "--images needs --node (its Debian packages and base image)")
+    build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node or args.kind,
+                    project=args.images or args.kind, s3=args.s3)
+    if args.kind:
+        from antidote_devstack import kind_env
 
-            kind_env.build()
-            print(f"# kind: load its environment with: . {kind_env.kind_dir() / 'env.sh'}; "
-                  "then hack/kind-up.sh (docs/kind.md)")
-    except StackError as err:
-        return _fail(err)
+        kind_env.build()
+        print(f"# kind: load its environment with: . {kind_env.kind_dir() / 'env.sh'}; "
+              "then hack/kind-up.sh (docs/kind.md)")
     return 0
 
 
@@ -168,10 +171,7 @@ def _load_images(args: argparse.Namespace) -> int:
         print("antidote dev load-images: no running stack with a node; start one with "
               "`antidote dev up --node` (as root)", file=sys.stderr)
         return 1
-    try:
-        loaded = project_images.load_into_node(Path(s.dir))
-    except StackError as err:
-        return _fail(err)
+    loaded = project_images.load_into_node(Path(s.dir))
     for name in loaded.values():
         print(f"loaded {name}")
     print("# install the chart with them: helm install antidote charts/antidote "
@@ -182,12 +182,9 @@ def _load_images(args: argparse.Namespace) -> int:
 def _images(args: argparse.Namespace) -> int:
     from antidote_devstack import project_images, publish
 
-    try:
-        refs = publish.build_and_push(args.registry, args.tag or project_images._version(),
-                                      tool=args.tool, local_bases=args.local_bases,
-                                      tls_verify=args.tls_verify == "true", push=args.push)
-    except StackError as err:
-        return _fail(err)
+    refs = publish.build_and_push(args.registry, args.tag or project_images._version(),
+                                  tool=args.tool, local_bases=args.local_bases,
+                                  tls_verify=args.tls_verify == "true", push=args.push)
     for ref in refs.values():
         print(("pushed " if args.push else "built ") + ref)
     # The chart's image.registry defaults to the project's: emptied, the repositories are

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import kube
+from antidote_api.wire import DEV_RUNNER_REPORT
+from antidote_operator import kube
 from . import env as env_of
-from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_PID,
-                          DEV_RUNNER_REPORT)
+from .annotations import DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_PID
 from .local import (REPORT_LIMIT, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _finished,
                     _now, jars_env, log, materialize_secrets, materialize_settings, translate_job)
 

@@ -147,6 +147,9 @@ OPERATOR_MOUNT_ROOTS = (CONFIG_DIR, "/tmp")
 RESUME_ANNOTATION = "antidote.dev/resume"  # re-enable a disabled queue
 DRAIN_ANNOTATION = "antidote.dev/drain"  # start a reader Job (antidote_api.drain)
 PROBE_ANNOTATION = "antidote.dev/probe"  # the operator's own: an auto-resume probe runs
+# A reader Job's report where no kubelet ran it: the dev runner writes it on the Job (a pod's
+# termination message holds it on a cluster), the on-call commands read either.
+DEV_RUNNER_REPORT = "antidote.dev/dev-runner-report"
 
 # Extra jars for a consumer's Spark (comma-separated): the dev stack's connector jars in a
 # checkout; unset in the consumer image, whose jars are in Spark's own jars/.

@@ -90,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
     render = RenderOptions(**{k: v for k, v in given.items() if v})
     options = Options(
         namespaces=[] if args.all_namespaces else list(args.namespaces),
-        dev_runner=args.dev_runner, finalizer=args.finalizer or args.dev_runner, dev_runner_dir=args.dev_runner_dir,
-        dev_runner_master=args.dev_runner_master, dev_runner_targets=args.dev_runner_targets,
+        finalizer=args.finalizer or args.dev_runner,
         metrics_port=args.metrics_port or None, peering=args.peering, priority=args.priority,
         scrape_interval=args.scrape_interval, metrics_url_template=args.metrics_url_template,
         prometheus_url=args.prometheus_url, resync_interval=args.resync_interval,
         poison_event_interval=args.poison_event_interval, liveness=args.liveness, render=render)
-    return run_operator(options, verbose=args.verbose)
+    runner = None
+    if args.dev_runner:  # the local stack's kubelet stand-in, plugged in from outside
+        from antidote_devrunner.runner import DevRunnerOptions, factory
+
+        runner = factory(DevRunnerOptions(base=args.dev_runner_dir, master=args.dev_runner_master,
+                                          targets=args.dev_runner_targets))
+    return run_operator(options, verbose=args.verbose, runner=runner)

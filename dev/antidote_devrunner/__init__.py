@@ -33,7 +33,7 @@ report as annotation `antidote.dev/dev-runner-report`, where a kubelet would hav
 in the pod's termination message.
 """
 
-# The package: `runner.DevRunner` (what the operator holds), `deployments` and `jobs` (one local
+# The package: `runner.DevRunner` (the operator's ChildRunner, made by `runner.factory`), `deployments` and `jobs` (one local
 # run each), `local` (whether it may run; a container's command, env and Secrets here),
-# `annotations` (what it writes back, and how the operator reads it), `targets` (Prometheus
-# file_sd). Nothing is imported here, so the operator reads the annotations without loading it.
+# `annotations` (what it writes back, read back through DevRunner), `targets` (Prometheus
+# file_sd). The production operator never imports this package.

@@ -11,7 +11,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from .. import kube
+from antidote_operator import kube
 
 SECRET = kube.Kind("/api/v1", "secrets")
 

@@ -12,7 +12,7 @@ from .errors import fail
 
 
 def _repo_root() -> Path:
-    # operator/antidote_cli/crds.py -> the checkout, when run from a source install.
+    # cli/antidote_cli/crds.py -> the checkout, when run from a source install.
     return Path(__file__).resolve().parents[2]
 
 

@@ -21,7 +21,7 @@ from .consumer import QueueConsumer
 from .policy import PoisonPolicy
 from .types import GROUP, POISON_POLICIES, QUEUE_CONSUMERS, VERSION
 
-HEADER = "# Generated from operator/antidote_api by `antidote crds --write`; do not edit.\n"
+HEADER = "# Generated from api/antidote_api by `antidote crds --write`; do not edit.\n"
 CATEGORY = "antidote"
 
 # Keys only docs/api.md reads; the API server rejects unknown schema keys.

@@ -17,9 +17,9 @@ import aiohttp
 from antidote_api.wire import ExitCode
 from antidote_devstack.procs import free_port
 
-from .. import kube
+from antidote_operator import kube
 from . import env as env_of
-from ..builders import driver
+from antidote_operator.builders import driver
 from .annotations import (DEV_RUNNER, DEV_RUNNER_EXIT, DEV_RUNNER_LOG, DEV_RUNNER_METRICS,
                           DEV_RUNNER_PID)
 from .local import (BACKOFF, FINAL_EXITS, SECRETS_DIR_ENV, LocalRun, Owner, _die_with_parent, _now,

@@ -10,6 +10,22 @@ REPO = Path(__file__).resolve().parents[2]
 HACK = REPO / "hack"
 
 
+def source_roots() -> list[Path]:
+    """The checkout's package folders, one per layer (pyproject.toml's packages.find, the
+    one list of them): what a process started from the checkout needs on its PYTHONPATH."""
+    import tomllib
+
+    with open(REPO / "pyproject.toml", "rb") as f:
+        where = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]["where"]
+    return [REPO / w for w in where]
+
+
+def code_path(*first: str | Path) -> str:
+    """A PYTHONPATH for a process that runs this checkout's code: `first`, the checkout
+    (its tests' helper modules) and its package folders."""
+    return os.pathsep.join(str(p) for p in (*first, REPO, *source_roots()))
+
+
 def cache_dir() -> Path:
     """Built binaries and jars, shared by every clone on the machine."""
     root = os.environ.get("ANTIDOTE_CACHE") or os.path.join(

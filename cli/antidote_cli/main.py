@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 # The `consumer` extra (pyproject.toml): what only `antidote consumer`, `reader` and the
 # demo's dev runner import. The operator's image and a CLI-only install leave it out.
 CONSUMER_EXTRA = frozenset({"pyspark", "py4j", "pyarrow", "pandas", "numpy"})
+# The dev tooling (dev/: the local stack, the demo, the dev runner): in a checkout and in the
+# antidote package, never in the images (docker/*.Dockerfile copy the folders they run).
+DEV_TOOLING = frozenset({"antidote_devstack", "antidote_demo", "antidote_devrunner"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         return CliExit.INTERRUPTED
     except ModuleNotFoundError as err:
         package = (err.name or "").partition(".")[0]
+        if package in DEV_TOOLING:
+            return fail(args.command, f"needs the dev tooling ({package}), which the images leave "
+                                      "out: run it from a checkout or an installed antidote package")
         if package not in CONSUMER_EXTRA:
             raise
         return fail(args.command, f"needs {package}, from the 'consumer' extra: "

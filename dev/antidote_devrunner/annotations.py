@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from antidote_api.times import parse_time
 
-from ..observations import Termination
+from antidote_operator.observations import Termination
 
 DEV_RUNNER = "antidote.dev/dev-runner"
 DEV_RUNNER_PID = "antidote.dev/dev-runner-pid"
@@ -16,8 +16,8 @@ DEV_RUNNER_LOG = "antidote.dev/dev-runner-log"
 # Written on a Deployment it runs: the metrics URL, and the driver's last exit.
 DEV_RUNNER_METRICS = "antidote.dev/dev-runner-metrics"
 DEV_RUNNER_EXIT = "antidote.dev/dev-runner-exit"
-# Written on a Job it ran: the report, as a pod's termination message is.
-DEV_RUNNER_REPORT = "antidote.dev/dev-runner-report"
+# Written on a Job it ran: the report, as a pod's termination message is (DEV_RUNNER_REPORT,
+# in antidote_api.wire: the on-call commands read it too).
 
 
 def dev_runner_termination(annotations: Mapping[str, str]) -> Termination | None:

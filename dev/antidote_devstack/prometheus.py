@@ -6,7 +6,7 @@ Targets come from file-based service discovery (`file_sd_configs`): on the local
 consumers are local processes of the operator's dev runner, not pods, so the API server has
 no Endpoints to discover. Whoever starts a metrics endpoint knows its port and writes one
 JSON file per target into `targets/` (the operator with `--dev-runner` writes its own and
-one per consumer it runs: antidote_operator/devrunner/targets.py); Prometheus watches the folder.
+one per consumer it runs: antidote_devrunner/targets.py); Prometheus watches the folder.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from .types import API_VERSION
 INTRO = f"""\
 # Antidote API reference (`{API_VERSION}`)
 
-<!-- Generated from operator/antidote_api by `antidote crds --write`; do not edit. -->
+<!-- Generated from api/antidote_api by `antidote crds --write`; do not edit. -->
 
 Two namespaced kinds in the `antidote` category (`kubectl get antidote`). Field names are
 camelCase; unknown fields are rejected (`kubectl apply --validate=strict`, the default of
