@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from antidote_consumer.kafka.retry import retrying
 from benchmarks.handlers import FLAKY_FAILS
-from tests.integration.consumer_util import write_manifests
-from tests.integration.kafka_io import read_all
+from antidote_testkit.consumers import write_manifests
+from antidote_testkit.kafka_io import read_all
 
 REPO = Path(__file__).resolve().parents[1]
 

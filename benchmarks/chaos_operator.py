@@ -27,7 +27,7 @@ from typing import Any
 from benchmarks.chaos_kit import log
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from tests.integration.operator_util import (Cluster, Operator, consumer, install_crds, policy,
+from antidote_testkit.operators import (Cluster, Operator, consumer, install_crds, policy,
                                              wait_for)
 import yaml
 

@@ -26,7 +26,7 @@ from benchmarks.chaos_kit import (CYCLES, PARTITIONS, Audit, audit, log, manifes
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes.client.rest import ApiException
-from tests.integration.operator_util import (Cluster, Operator, consumer, install_crds, policy,
+from antidote_testkit.operators import (Cluster, Operator, consumer, install_crds, policy,
                                              wait_for)
 
 from antidote_api.types import QUEUE_CONSUMERS

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 CONSUMER_EXTRA = frozenset({"pyspark", "py4j", "pyarrow", "pandas", "numpy"})
 # The dev tooling (dev/: the local stack, the demo, the dev runner): in a checkout and in the
 # antidote package, never in the images (docker/*.Dockerfile copy the folders they run).
-DEV_TOOLING = frozenset({"antidote_devstack", "antidote_demo", "antidote_devrunner"})
+DEV_TOOLING = frozenset({"antidote_devstack", "antidote_demo", "antidote_devrunner", "antidote_testkit"})
 
 
 def main(argv: list[str] | None = None) -> int:

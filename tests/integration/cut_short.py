@@ -16,8 +16,8 @@ from pathlib import Path
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.driver.ledger import Ledger, load_state
 
-from . import consumer_util as cu
-from .kafka_io import read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import read_all
 
 
 def abort_open_transaction(bootstrap: str, s: EffectiveSettings) -> None:

@@ -77,8 +77,8 @@ def _make(stack, archive: Path) -> None:
     JVM exits."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from .consumer_util import start, write_manifests
-    from .kafka_io import produce
+    from antidote_testkit.consumers import start, write_manifests
+    from antidote_testkit.kafka_io import produce
 
     work = archive.parent / f"make-{uuid.uuid4().hex[:8]}"
     work.mkdir()

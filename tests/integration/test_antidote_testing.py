@@ -15,8 +15,8 @@ from antidote_api.semantics import resolve
 from antidote_api.wire import ExitCode
 from antidote.testing import message, run_all
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 HANDLER = "tests.integration.handlers_testing:handle"
 POLICY = PoisonPolicy.model_validate({"metadata": {"name": "truth"}, "spec": {

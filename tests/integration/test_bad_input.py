@@ -19,8 +19,8 @@ import yaml
 from antidote_api.wire import ExitCode
 
 from .. import api_cases
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = {"type": "object", "required": ["id"], "properties": {"id": {"type": "integer"}}}

@@ -382,7 +382,7 @@ def test_the_operator_reconciles_with_only_the_charts_rbac(env, chart_crds, api_
     token, no admin rights) creates a consumer's children, binds the drivers' ClusterRole,
     creates the RPC Secret and deletes them all with the consumer: the least-privilege RBAC
     is enough, and the API server refuses it nothing."""
-    from .operator_util import Cluster, consumer, operator, policy, wait_for
+    from antidote_testkit.operators import Cluster, consumer, operator, policy, wait_for
 
     release = f"op{uuid.uuid4().hex[:6]}"
     driver_role = f"{release}-antidote-spark-driver"

@@ -227,7 +227,7 @@ def test_crds_install_refuses_crds_no_release_owns(env, namespace, api_client) -
     """The stack's CRDs were applied without Helm (as by hand, or by the chart when they were
     in crds/): an install that would take them over is refused, naming crds.install and the
     way on; crds.install=false installs."""
-    from .operator_util import install_crds  # noqa: PLC0415
+    from antidote_testkit.operators import install_crds  # noqa: PLC0415
 
     install_crds(api_client)  # as the other tests apply them: with the API, not Helm
     ext = client.ApiextensionsV1Api(api_client)

@@ -20,9 +20,9 @@ from antidote_api.times import parse_iso
 from antidote_api.wire import RESUME_ANNOTATION, SETTINGS_KEY, cli_prefix
 from antidote_devstack.procs import free_port
 
-from . import consumer_util
-from .kafka_io import produce
-from .operator_util import ANTIDOTE, Cluster, consumer, install_crds, policy
+from antidote_testkit import consumers as consumer_util
+from antidote_testkit.kafka_io import produce
+from antidote_testkit.operators import ANTIDOTE, Cluster, consumer, install_crds, policy
 
 pytestmark = pytest.mark.integration
 

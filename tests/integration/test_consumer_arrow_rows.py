@@ -7,8 +7,8 @@ from __future__ import annotations
 from antidote_api.wire import ExitCode
 from antidote_consumer.spark import ARROW_ROWS_CONF, MAX_ARROW_ROWS, ArrowRows
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # the broker's default, which the test topics keep
 

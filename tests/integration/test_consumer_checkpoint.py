@@ -12,8 +12,8 @@ from antidote_consumer.driver.ledger import load_state
 from antidote_api.wire import ExitCode
 from antidote_api.names import ledger_topic
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 POLICY = {"retries": {"immediate": 0, "cycles": 0}}
 

@@ -9,8 +9,8 @@ import pytest
 from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import headers as h
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 HANDLERS = "tests.integration.handlers_chosen"
 

@@ -18,8 +18,8 @@ from antidote_consumer.driver.metrics import Metrics
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka import transactions
 
-from . import consumer_util as cu
-from .kafka_io import produce
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce
 
 RETRY = "t.retry-1:0"
 SOURCE = "t:0"

@@ -21,9 +21,9 @@ from antidote_consumer.reader.rules import ReaderOptions
 from antidote_api.wire import ExitCode
 from antidote_devstack.kafka import SASL_PASSWORD, SASL_USER
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

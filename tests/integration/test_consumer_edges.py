@@ -14,8 +14,8 @@ from antidote_consumer.driver.batches import Runtime
 from antidote_consumer.driver.frames import running_tasks
 from antidote_consumer.driver.ledger import load_state
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 
 def _set_topic_config(admin, topic: str, name: str, value: str) -> None:

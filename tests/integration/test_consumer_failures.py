@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from antidote_api.wire import ExitCode
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 
 def test_fault_stops_at_the_poison_message_and_leaves_it_unconsumed(

@@ -13,10 +13,10 @@ from antidote_api.names import ledger_names
 from antidote_api.wire import ExitCode
 from antidote_consumer.driver.ledger import Ledger, load_state
 
-from . import consumer_util as cu
-from .consumer_util import start
+from antidote_testkit import consumers as cu
+from antidote_testkit.consumers import start
 from .cut_short import Committed
-from .kafka_io import produce, read_all
+from antidote_testkit.kafka_io import produce, read_all
 from .test_consumer_process import exited, finish, wait_until
 
 

@@ -6,8 +6,8 @@ import math
 
 from antidote_api.wire import ExitCode
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 
 def test_one_crasher_in_a_batch_of_n_costs_at_most_rollbacks_plus_ceil_log2_n_plus_2(

@@ -8,8 +8,8 @@ from collections import Counter
 
 from antidote_api.wire import ExitCode
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 
 def test_an_outage_that_ends_during_the_bisection_drops_only_the_real_crasher(

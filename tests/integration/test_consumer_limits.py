@@ -24,8 +24,8 @@ from antidote_consumer.driver.frames import now_ms
 from antidote_consumer.kafka import headers as h
 from antidote_devstack.procs import free_port
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 from .test_consumer_edges import _ledger, _set_topic_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ from antidote_consumer.driver.liveness import run_bound
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_devstack.procs import free_port
 
-from . import consumer_util as cu
-from .consumer_util import start
-from .kafka_io import produce
+from antidote_testkit import consumers as cu
+from antidote_testkit.consumers import start
+from antidote_testkit.kafka_io import produce
 from .test_consumer_process import kill9, wait_until
 
 HANDLER = "tests.integration.handlers_liveness:freeze_on_freeze"
@@ -122,7 +122,7 @@ def test_a_handler_holding_the_gil_ends_its_worker_and_is_isolated(
     and bisection isolates the message, like one that does not unwind."""
     from antidote_api.wire import ExitCode
 
-    from .kafka_io import read_all
+    from antidote_testkit.kafka_io import read_all
 
     source, sink = topic_factory(), topic_factory("-out")
     produce(kafka_bootstrap, source, [(b"k%d" % i, b"gil" if i == 2 else b"m%d" % i, None) for i in range(6)])

@@ -8,8 +8,8 @@ import random
 
 from antidote_consumer.driver.ledger import load_state
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 from .test_consumer_process import finish, kill9, start, wait_until
 
 # A third of the messages fail at least once: not a systemic failure here.

@@ -13,9 +13,9 @@ from antidote_consumer.driver.ledger import load_state
 from antidote_consumer.worker.ordering import held_count
 from antidote_devstack.procs import free_port
 
-from . import consumer_util as cu
-from .consumer_util import start
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.consumers import start
+from antidote_testkit.kafka_io import produce, read_all
 from .test_consumer_process import kill9, wait_until
 
 MAX_HELD = 40_000  # x ~29 bytes a held message: ~1.16 MB of chains in one partition

@@ -8,8 +8,8 @@ from confluent_kafka import Producer
 from antidote_consumer.kafka import headers as h
 from antidote_api.wire import ExitCode
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 
 def test_move_retries_through_cycles_then_quarantines_with_exact_attempts(

@@ -19,10 +19,10 @@ from antidote_api.names import ledger_topic
 from antidote_consumer.driver.ledger import load_state
 from antidote_devstack.procs import free_port
 
-from . import consumer_util as cu
-from .consumer_util import start
+from antidote_testkit import consumers as cu
+from antidote_testkit.consumers import start
 from .cut_short import Committed, abort_open_transaction
-from .kafka_io import produce, read_all
+from antidote_testkit.kafka_io import produce, read_all
 
 def manifests(tmp_path: Path, bootstrap: str, source: str, sink: str, handler: str,
               policy: dict, max_batch: int = 1000) -> list[str]:

@@ -20,8 +20,8 @@ from confluent_kafka.admin import NewTopic
 
 from antidote_consumer.kafka.topics import TopicMisfit
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 pytestmark = pytest.mark.integration
 

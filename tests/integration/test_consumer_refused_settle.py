@@ -12,8 +12,8 @@ from antidote_api.wire import ExitCode
 from antidote_consumer.driver.consumer import Consumer
 from antidote_consumer.driver.metrics import Metrics
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 from .test_consumer_edges import _ledger, _set_topic_config
 
 THRESHOLD = 3  # queueDisable.consecutiveBatchFailures

@@ -16,13 +16,13 @@ from kubernetes import client
 from antidote_consumer.driver.metrics import Metrics
 from antidote_consumer.kafka.topics import TopicMisfit
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
-from .operator_util import Cluster, consumer, install_crds, operator, policy
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy
 
 pytestmark = pytest.mark.integration
 
-# The subprocesses run this checkout's code (consumer_util.start names only the repository).
+# The subprocesses run this checkout's code (antidote_testkit.consumers.start names only the repository).
 CODE_PATH = cu.CODE_PATH
 CYCLES = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"}}
 

@@ -21,8 +21,8 @@ from antidote_api.names import ledger_names
 from antidote_api.wire import ExitCode
 from antidote_consumer.driver.ledger import load_state
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 from .test_consumer_process import exited, wait_until
 
 POLICY = {"retries": {"immediate": 1, "cycles": 1, "cycleDelay": "1s"}}

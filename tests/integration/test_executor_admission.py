@@ -27,7 +27,7 @@ from antidote_api import PoisonPolicySpec, QueueConsumerSpec, resolve
 from antidote_operator.builders import driver as builders
 from antidote_operator.builders.driver import RenderOptions
 
-from .operator_util import wait_for
+from antidote_testkit.operators import wait_for
 from .test_chart import env, run, template  # noqa: F401  (env: a fixture used here)
 from .test_pod_security import DRIVER_SCRIPT
 
@@ -363,7 +363,7 @@ def test_the_operator_describes_each_driver_and_keeps_the_description_current(ap
     """`antidote operator` writes the annotations on the driver's ServiceAccount, adds them to
     one an older operator made without them, and follows a changed spec.spark.image (which
     the policy would otherwise refuse for the new driver's executors)."""
-    from .operator_util import Cluster, consumer, install_crds, operator, policy
+    from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy
 
     install_crds(api_client)
     k = Cluster(api_client, namespace)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from .operator_util import wait_for
+from antidote_testkit.operators import wait_for
 from .test_chart import env, run  # noqa: F401  (env: a fixture used here)
 from .test_executor_admission import Driver, _policy_docs, _policy_in_force, executor_pod
 

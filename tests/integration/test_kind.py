@@ -21,7 +21,7 @@ from kubernetes import client, config
 
 from antidote_devstack import kind_env
 
-from .kafka_io import produce, read_all
+from antidote_testkit.kafka_io import produce, read_all
 from .kind_cluster import CLUSTER, gateway, kafka_on, kind_up
 from .node_cluster import EXECUTORS, MASTER, RELEASE, Cluster, _run
 from .node_util import handlers_image, restricted_namespace, wait

@@ -30,8 +30,8 @@ from kubernetes import client
 
 from antidote_api.autoscale import NO_LAG_YET
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 from .jvm_archive import C1_ONLY
 from .node_cluster import EXECUTORS, MASTER, RELEASE, ROOT, Cluster, _run, started
 from .node_util import RESTRICTED, phase, pod, restricted_container, restricted_namespace, wait

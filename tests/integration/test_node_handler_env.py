@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .kafka_io import produce, read_all
+from antidote_testkit.kafka_io import produce, read_all
 from .node_cluster import EXECUTORS, SPARK, Cluster, started
 from .node_util import wait
 

@@ -16,7 +16,7 @@ import pytest
 
 from antidote_devstack import stack as devstack
 
-from .kafka_io import produce, read_all
+from antidote_testkit.kafka_io import produce, read_all
 from .node_cluster import SPARK, Cluster, started
 from .node_util import wait
 from .s3_util import S3

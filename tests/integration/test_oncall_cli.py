@@ -15,9 +15,9 @@ import yaml
 from antidote_api.drain import parse_drain
 from antidote_api.names import drain_job_name
 
-from . import consumer_util
-from .kafka_io import produce, read_all
-from .operator_util import ANTIDOTE, Cluster, consumer, free_port, install_crds, operator, policy, wait_for
+from antidote_testkit import consumers as consumer_util
+from antidote_testkit.kafka_io import produce, read_all
+from antidote_testkit.operators import ANTIDOTE, Cluster, consumer, free_port, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

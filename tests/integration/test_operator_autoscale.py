@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from .kafka_io import produce
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.kafka_io import produce
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from .operator_util import Cluster, consumer, install_crds, operator, policy, reconciles, wait_for
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, reconciles, wait_for
 
 pytestmark = pytest.mark.integration
 

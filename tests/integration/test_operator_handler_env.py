@@ -11,8 +11,8 @@ import uuid
 import pytest
 from kubernetes import client
 
-from .kafka_io import produce, read_all
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.kafka_io import produce, read_all
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from antidote_api.wire import OperatorMetric
 
-from .kafka_io import produce
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.kafka_io import produce
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

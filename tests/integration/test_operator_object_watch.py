@@ -23,7 +23,7 @@ from antidote_operator.handlers import DRIVER_SELECTOR
 from antidote_operator.object_watch import ObjectWatch, Relist
 from antidote_operator.peering import PeeringGate
 
-from .operator_util import ANTIDOTE
+from antidote_testkit.operators import ANTIDOTE
 
 TIMEOUT = 30.0
 

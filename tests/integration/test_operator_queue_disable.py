@@ -13,8 +13,8 @@ import sys
 import pytest
 from kubernetes import client
 
-from .kafka_io import produce
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for, wait_settled
+from antidote_testkit.kafka_io import produce
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for, wait_settled
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +128,7 @@ def test_queue_disable_by_a_real_consumer_then_fix_and_resume(
 
 
 def test_the_dev_runner_refuses_to_run_inside_a_cluster(kubeconfig: str, namespace: str) -> None:
-    from .operator_util import ANTIDOTE
+    from antidote_testkit.operators import ANTIDOTE
 
     env = {**os.environ, "KUBECONFIG": kubeconfig, "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
     out = subprocess.run([ANTIDOTE, "operator", "-n", namespace, "--dev-runner", "--metrics-port", "0"],

@@ -20,7 +20,7 @@ from antidote_api import PoisonPolicySpec, QueueConsumerSpec, resolve
 from antidote_api.semantics import EffectiveSettings
 from antidote_operator.handled_specs import KOPF_PREFIX
 
-from .operator_util import (ANTIDOTE, Cluster, consumer, install_crds, operator, operator_metric, policy,
+from antidote_testkit.operators import (ANTIDOTE, Cluster, consumer, install_crds, operator, operator_metric, policy,
                             wait_for, wait_settled)
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import os
 import pytest
 from kubernetes import client
 
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

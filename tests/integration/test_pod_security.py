@@ -145,7 +145,7 @@ def test_a_spark_driver_with_only_the_driver_role_runs_restricted_authenticated_
     import sys
     import uuid
 
-    from .operator_util import wait_for
+    from antidote_testkit.operators import wait_for
 
     ns = restricted
     role_name = f"antidote-spark-driver-{uuid.uuid4().hex[:6]}"

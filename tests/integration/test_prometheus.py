@@ -36,8 +36,8 @@ from kubernetes import client
 from antidote_devstack import prometheus as devprom
 from antidote_devstack import stack as devstack
 
-from .kafka_io import produce
-from .operator_util import ANTIDOTE, ROOT, Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.kafka_io import produce
+from antidote_testkit.operators import ANTIDOTE, ROOT, Cluster, consumer, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from kubernetes import client
 from antidote_devstack import prometheus as devprom
 from antidote_devstack import stack as devstack
 
-from .kafka_io import produce
-from .operator_util import Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.kafka_io import produce
+from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for
 from .test_prometheus import RULES, alerts, api, query
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,8 @@ from antidote_consumer.kafka import headers as h
 from antidote_consumer.reader.run import group_id, parking_topic, run_reader
 from antidote_consumer.reader.rules import ReaderError, ReaderOptions
 
-from . import consumer_util as cu
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.kafka_io import produce, read_all
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import pytest
 
 from antidote_api.names import drain_job_name
 
-from .kafka_io import produce, read_all
-from .operator_util import (ANTIDOTE, Cluster, consumer, install_crds, operator, operator_metric, policy,
+from antidote_testkit.kafka_io import produce, read_all
+from antidote_testkit.operators import (ANTIDOTE, Cluster, consumer, install_crds, operator, operator_metric, policy,
                             reconciles, wait_for, wait_settled)
 
 pytestmark = pytest.mark.integration

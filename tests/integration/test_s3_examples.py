@@ -19,8 +19,8 @@ import yaml
 
 from antidote_devstack import s3 as s3server
 
-from .kafka_io import produce
-from .operator_util import Cluster, install_crds, operator, wait_for
+from antidote_testkit.kafka_io import produce
+from antidote_testkit.operators import Cluster, install_crds, operator, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

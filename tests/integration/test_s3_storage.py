@@ -16,9 +16,9 @@ from collections import Counter
 from antidote_api.names import ledger_topic
 from antidote_consumer.driver.ledger import load_state
 
-from . import consumer_util as cu
-from .consumer_util import start
-from .kafka_io import produce, read_all
+from antidote_testkit import consumers as cu
+from antidote_testkit.consumers import start
+from antidote_testkit.kafka_io import produce, read_all
 from .test_consumer_process import exited, kill9, wait_until
 
 CODE_PATH = cu.CODE_PATH

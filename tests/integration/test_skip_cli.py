@@ -13,9 +13,9 @@ import sys
 import pytest
 from kubernetes import client
 
-from .consumer_util import calls
-from .kafka_io import produce, read_all
-from .operator_util import ANTIDOTE, Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.consumers import calls
+from antidote_testkit.kafka_io import produce, read_all
+from antidote_testkit.operators import ANTIDOTE, Cluster, consumer, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from antidote_devstack.build import HELM_VERSION, KUBE_VERSION
 
-from .kafka_io import produce, read_all
+from antidote_testkit.kafka_io import produce, read_all
 
 
 def test_api_server_reports_its_release(api_client: client.ApiClient) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from .kafka_io import read_all
-from .operator_util import ANTIDOTE, ROOT, Cluster, wait_for
+from antidote_testkit.kafka_io import read_all
+from antidote_testkit.operators import ANTIDOTE, ROOT, Cluster, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -122,7 +122,7 @@ def test_no_shipped_module_is_longer_than_the_rule() -> None:
 # Who may import whom, by top-level package (docs/architecture.md draws it). The contracts
 # import nothing of ours; the operator and the data plane only the contracts (and the data
 # plane the handlers' API it serves); the CLI sits on both; the dev tooling on what it runs.
-DEV = {"antidote_devstack", "antidote_demo", "antidote_devrunner"}
+DEV = {"antidote_devstack", "antidote_demo", "antidote_devrunner", "antidote_testkit"}
 MAY_IMPORT = {
     "antidote_api": set(),
     "antidote": {"antidote_api", "antidote_consumer"},
@@ -132,6 +132,8 @@ MAY_IMPORT = {
     "antidote_devstack": {"antidote_api"},
     "antidote_devrunner": {"antidote_api", "antidote_operator", "antidote_devstack"},
     "antidote_demo": {"antidote_api", "antidote", "antidote_consumer", "antidote_devstack"},
+    # What tests and benchmarks both drive the components with (neither imports the other's).
+    "antidote_testkit": {"antidote_api", "antidote_consumer", "antidote_devstack"},
 }
 # The images carry the CLI but not the dev tooling: the CLI reaches it only from inside the
 # functions of its dev commands (`antidote dev`, `demo`, `operator --dev-runner`), which a
@@ -170,3 +172,13 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
     assert set(MAY_IMPORT) == {d.name for base in SHIPPED for d in base.iterdir()
                                if (d / "__init__.py").exists()}, "a package without a layer rule"
     assert _layer_breaches() == []
+
+
+def test_tests_and_benchmarks_do_not_import_each_other_both_ways() -> None:
+    """What both need lives in a library (antidote_testkit), as kopf.testing does for Kopf's
+    users: the chaos tests run the benchmarks' chaos (one implementation), and no benchmark
+    imports a test module."""
+    known = _modules()
+    from_benchmarks = {t for name, path in known.items() if name.startswith("benchmarks.")
+                       for t in _imports(name, path, known) if t.startswith("tests.")}
+    assert from_benchmarks == set()

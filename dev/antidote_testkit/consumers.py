@@ -15,7 +15,7 @@ from antidote_api.policy import PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
 from antidote_devstack.paths import code_path
 
-from .kafka_io import read_all
+from antidote_testkit.kafka_io import read_all
 
 REPO = Path(__file__).resolve().parents[2]
 # For processes started from the checkout (a worktree runs its own code): the layers' folders.
