@@ -13,8 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -29,7 +27,7 @@ from antidote_operator.builders.driver import RenderOptions
 
 from antidote_testkit.operators import wait_for
 from .test_chart import env, run, template  # noqa: F401  (env: a fixture used here)
-from .test_pod_security import DRIVER_SCRIPT
+from antidote_testkit.spark_driver import local_conf, running_driver
 
 pytestmark = pytest.mark.integration
 
@@ -317,44 +315,18 @@ def test_a_real_spark_driver_under_the_policy_gets_its_executor(driver: Driver, 
     """Spark itself, in client mode with the operator's spark-defaults and the driver's token,
     creates its executor pod under the chart's policy: what the node tests' executors are."""
     wait_for(lambda: _policy_in_force(driver), "the policy to refuse a forged pod", timeout=60)
-    conf = builders.spark_defaults(driver.settings, driver.opts)
-    (tmp_path / "token").write_text(driver.token)
-    (tmp_path / "template.yaml").write_text(yaml.safe_dump(driver.template()))
-    (tmp_path / "secret").write_bytes(uuid.uuid4().bytes * 2)
     cfg = api_client.configuration
-    del conf["spark.kubernetes.driver.pod.name"]
-    conf.update({
-        "spark.master": f"k8s://{cfg.host}",
-        "spark.kubernetes.authenticate.oauthTokenFile": str(tmp_path / "token"),
-        "spark.kubernetes.authenticate.caCertFile": cfg.ssl_ca_cert,
-        "spark.kubernetes.executor.podTemplateFile": str(tmp_path / "template.yaml"),
-        "spark.authenticate.secret.file": str(tmp_path / "secret"),
-        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.port": "0", "spark.driver.blockManager.port": "0", "spark.ui.enabled": "false",
-        "spark.scheduler.maxRegisteredResourcesWaitingTime": "1s",
-    })
-    log = tmp_path / "driver.log"
-    # Only the token: Spark's Kubernetes client would also load the admin's kubeconfig.
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    env["KUBECONFIG"] = str(tmp_path / "no-kubeconfig")
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER_SCRIPT, json.dumps(conf)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env)
-    try:
-        assert proc.stdout.readline().strip() == "STARTED", log.read_text()[-3000:]
+    conf = local_conf(builders.spark_defaults(driver.settings, driver.opts), tmp_path, host=cfg.host,
+                      ca_cert=cfg.ssl_ca_cert, token=driver.token, template=yaml.safe_dump(driver.template()))
+    with running_driver(conf, tmp_path) as spark_driver:
         (pod,) = wait_for(lambda: driver.admin.list_namespaced_pod(namespace, label_selector="spark-role=executor").items,
                           "Spark's executor pod, admitted", timeout=90)
         assert pod.spec.service_account_name == "orders-executor" and pod.spec.containers[0].image == IMAGE
         assert {v.secret.secret_name for v in pod.spec.volumes if v.secret} == {"kafka-creds", "orders-spark-auth"}
         # Spark deletes it at stop (DELETE, which the policy does not restrict).
-        proc.stdin.write("stop\n")
-        proc.stdin.flush()
-        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+        text = spark_driver.stop()
         assert not driver.admin.list_namespaced_pod(namespace, label_selector="spark-role=executor").items
-        text = log.read_text()
         assert "ValidatingAdmissionPolicy" not in text and "Forbidden" not in text, text[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_the_operator_describes_each_driver_and_keeps_the_description_current(api_client: client.ApiClient,

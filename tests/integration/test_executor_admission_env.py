@@ -145,66 +145,43 @@ def test_a_real_spark_driver_keeps_the_consumers_env_and_placement_in_its_execut
     token, under the chart's policy) creates its executor pod with the template's env, envFrom,
     Secret and ConfigMap volumes, pull secret and placement: what reaches the handler on the
     executors. No kubelet runs the pod here (the node test does); the API calls are real."""
-    import os
-    import subprocess
-    import sys
-
     import yaml
 
     from antidote_operator.builders import driver as builders
-
-    from .test_pod_security import DRIVER_SCRIPT
+    from antidote_testkit.spark_driver import local_conf, running_driver
 
     release, text = _policy_docs(env, namespace)
     run(env, "kubectl", "apply", "-f", "-", stdin=text)
-    proc = None
     try:
         wait_for(lambda: _policy_in_force(driver), "the policy to refuse a forged pod", timeout=60)
-        conf = builders.spark_defaults(driver.settings, driver.opts)
-        (tmp_path / "token").write_text(driver.token)
-        (tmp_path / "template.yaml").write_text(yaml.safe_dump(driver.template()))
-        (tmp_path / "secret").write_bytes(uuid.uuid4().bytes * 2)
         cfg = api_client.configuration
-        del conf["spark.kubernetes.driver.pod.name"]
-        conf.update({
-            "spark.master": f"k8s://{cfg.host}",
-            "spark.kubernetes.authenticate.oauthTokenFile": str(tmp_path / "token"),
-            "spark.kubernetes.authenticate.caCertFile": cfg.ssl_ca_cert,
-            "spark.kubernetes.executor.podTemplateFile": str(tmp_path / "template.yaml"),
-            "spark.authenticate.secret.file": str(tmp_path / "secret"),
-            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.port": "0", "spark.driver.blockManager.port": "0", "spark.ui.enabled": "false",
-            "spark.scheduler.maxRegisteredResourcesWaitingTime": "1s",
-        })
-        log = tmp_path / "driver.log"
-        run_env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-        run_env["KUBECONFIG"] = str(tmp_path / "no-kubeconfig")  # only the token
-        proc = subprocess.Popen([sys.executable, "-c", DRIVER_SCRIPT, json.dumps(conf)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=run_env)
-        assert proc.stdout.readline().strip() == "STARTED", log.read_text()[-3000:]
-        (pod,) = wait_for(lambda: driver.admin.list_namespaced_pod(namespace, label_selector="spark-role=executor").items,
-                          "Spark's executor pod, admitted", timeout=90)
-        spec, (c,) = pod.spec, pod.spec.containers
-        env_ = {e.name: e for e in c.env}
-        assert env_["DB_PASSWORD"].value_from.secret_key_ref.name == "db"
-        assert env_["REGION"].value_from.config_map_key_ref.key == "region" and env_["MODE"].value == "live"
-        assert "SPARK_EXECUTOR_ID" in env_  # and Spark's own beside them
-        assert [(e.prefix, (e.secret_ref or e.config_map_ref).name) for e in c.env_from] == [
-            (None, "api-keys"), ("APP_", "app")]
-        mounts = {m.name: m for m in c.volume_mounts}
-        assert mounts["user-tls"].mount_path == "/etc/app/tls" and mounts["user-tls"].read_only
-        assert mounts["user-rules"].mount_path == "/etc/app/rules"
-        assert [s.name for s in spec.image_pull_secrets] == ["registry"]
-        assert spec.node_selector == {"pool": "spot"} and spec.priority_class_name == PRIORITY
-        assert [t.key for t in spec.tolerations if t.key == "spot"] == ["spot"]
-        assert spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution[0].weight == 50
-        assert spec.automount_service_account_token is False
-        proc.stdin.write("stop\n")
-        proc.stdin.flush()
-        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
-        text_log = log.read_text()
+        conf = local_conf(builders.spark_defaults(driver.settings, driver.opts), tmp_path, host=cfg.host,
+                          ca_cert=cfg.ssl_ca_cert, token=driver.token, template=yaml.safe_dump(driver.template()))
+        with running_driver(conf, tmp_path) as spark_driver:
+            _check_executor_pod(driver, namespace)
+            text_log = spark_driver.stop()
         assert "ValidatingAdmissionPolicy" not in text_log and "Forbidden" not in text_log, text_log[-3000:]
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
         run(env, "kubectl", "delete", "--ignore-not-found", "-f", "-", stdin=text)
+
+
+def _check_executor_pod(driver: Driver, namespace: str) -> None:
+    """The executor pod Spark created carries the consumer's env, envFrom, volumes, pull
+    secret and placement, beside Spark's own."""
+    (pod,) = wait_for(lambda: driver.admin.list_namespaced_pod(namespace, label_selector="spark-role=executor").items,
+                      "Spark's executor pod, admitted", timeout=90)
+    spec, (c,) = pod.spec, pod.spec.containers
+    env_ = {e.name: e for e in c.env}
+    assert env_["DB_PASSWORD"].value_from.secret_key_ref.name == "db"
+    assert env_["REGION"].value_from.config_map_key_ref.key == "region" and env_["MODE"].value == "live"
+    assert "SPARK_EXECUTOR_ID" in env_  # and Spark's own beside them
+    assert [(e.prefix, (e.secret_ref or e.config_map_ref).name) for e in c.env_from] == [
+        (None, "api-keys"), ("APP_", "app")]
+    mounts = {m.name: m for m in c.volume_mounts}
+    assert mounts["user-tls"].mount_path == "/etc/app/tls" and mounts["user-tls"].read_only
+    assert mounts["user-rules"].mount_path == "/etc/app/rules"
+    assert [s.name for s in spec.image_pull_secrets] == ["registry"]
+    assert spec.node_selector == {"pool": "spot"} and spec.priority_class_name == PRIORITY
+    assert [t.key for t in spec.tolerations if t.key == "spot"] == ["spot"]
+    assert spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution[0].weight == 50
+    assert spec.automount_service_account_token is False

@@ -113,20 +113,6 @@ def test_consumer_pods_are_admitted_as_restricted(which: str, core_v1: client.Co
 
 # --- a real Spark driver under the driver ClusterRole -------------------------------------
 
-DRIVER_SCRIPT = """
-import json, sys
-from pyspark.sql import SparkSession
-b = SparkSession.builder.appName("antidote-rbac-probe")
-for k, v in json.loads(sys.argv[1]).items():
-    b = b.config(k, v)
-spark = b.getOrCreate()
-print("STARTED", flush=True)
-sys.stdin.readline()
-spark.stop()
-print("STOPPED", flush=True)
-"""
-
-
 def _executor_pods(core_v1: client.CoreV1Api, ns: str) -> list[Any]:
     return core_v1.list_namespaced_pod(ns, label_selector="spark-role=executor").items
 
@@ -138,21 +124,15 @@ def test_a_spark_driver_with_only_the_driver_role_runs_restricted_authenticated_
     it creates an executor pod from the template (admitted by Pod Security, under the
     executors' ServiceAccount, the RPC secret mounted and not in the environment) and its
     conf ConfigMap, and at stop deletes both. No kubelet runs it; the API calls are real."""
-    # Long on purpose: one real Spark driver's life (start, executor pod, stop), each check
-    # on what the step before left behind.
-    import json
-    import subprocess
-    import sys
     import uuid
 
-    from antidote_testkit.operators import wait_for
+    from antidote_testkit.spark_driver import local_conf, running_driver
 
     ns = restricted
     role_name = f"antidote-spark-driver-{uuid.uuid4().hex[:6]}"
     opts = RenderOptions(driver_cluster_role=role_name)
     rbac = client.RbacAuthorizationV1Api(api_client)
     rbac.create_cluster_role({"metadata": {"name": role_name}, "rules": builders.DRIVER_RULES})
-    proc = None
     try:
         kids = _children(ns)
         for sa in ("orders-driver", "orders-executor"):
@@ -171,55 +151,40 @@ def test_a_spark_driver_with_only_the_driver_role_runs_restricted_authenticated_
                 "source": {"kafka": {"bootstrapServers": "kafka:9092", "topic": "orders"}},
                 "checkpoint": {"location": "s3a://ckpt/orders"}}), PoisonPolicySpec(), name="orders", namespace=ns),
             opts)
-        (tmp_path / "token").write_text(token)
-        (tmp_path / "template.yaml").write_text(kids["ConfigMap"]["data"][builders.EXECUTOR_TEMPLATE_KEY])
-        (tmp_path / "secret").write_bytes(uuid.uuid4().bytes * 2)
         cfg = api_client.configuration
-        del conf["spark.kubernetes.driver.pod.name"]
-        conf.update({
-            "spark.master": f"k8s://{cfg.host}",
-            "spark.kubernetes.authenticate.oauthTokenFile": str(tmp_path / "token"),
-            "spark.kubernetes.authenticate.caCertFile": cfg.ssl_ca_cert,
-            "spark.kubernetes.executor.podTemplateFile": str(tmp_path / "template.yaml"),
-            "spark.authenticate.secret.file": str(tmp_path / "secret"),
-            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.port": "0", "spark.driver.blockManager.port": "0",
-            "spark.ui.enabled": "false",
-            # Do not wait 30 s for executors that no kubelet will start.
-            "spark.scheduler.maxRegisteredResourcesWaitingTime": "1s",
-        })
-        proc = subprocess.Popen([sys.executable, "-c", DRIVER_SCRIPT, json.dumps(conf)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=(tmp_path / "driver.log").open("w"), text=True)
-        assert proc.stdout.readline().strip() == "STARTED", (tmp_path / "driver.log").read_text()[-3000:]
-
-        (pod,) = wait_for(lambda: _executor_pods(core_v1, ns), "Spark's executor pod", timeout=60)
-        spec = pod.spec
-        assert pod.metadata.name == "orders-exec-1"
-        assert spec.service_account_name == "orders-executor" and spec.automount_service_account_token is False
-        assert spec.security_context.run_as_non_root is True
-        assert spec.security_context.seccomp_profile.type == "RuntimeDefault"
-        (c,) = spec.containers
-        assert c.name == "executor" and c.security_context.read_only_root_filesystem is True
-        assert c.security_context.capabilities.drop == ["ALL"]
-        assert "SPARK_AUTHENTICATE_SECRET" not in {e.name for e in c.env or []}
-        # The executor starts with RPC encryption on (Spark passes spark.network.* at start).
-        java_opts = {e.value for e in c.env or [] if e.name.startswith("SPARK_JAVA_OPT_")}
-        assert "-Dspark.network.crypto.enabled=true" in java_opts, java_opts
-        mounts = {m.mount_path: m.name for m in c.volume_mounts}
-        assert "/tmp" in mounts and builders.SPARK_AUTH_DIR in mounts
-        assert {v.secret.secret_name for v in spec.volumes if v.secret} == {"orders-spark-auth"}
-        assert wait_for(lambda: core_v1.list_namespaced_config_map(ns, label_selector="spark-role=executor").items,
-                        "the executors' conf ConfigMap")
-
-        proc.stdin.write("stop\n")
-        proc.stdin.flush()
-        assert proc.wait(timeout=120) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+        conf = local_conf(conf, tmp_path, host=cfg.host, ca_cert=cfg.ssl_ca_cert, token=token,
+                          template=kids["ConfigMap"]["data"][builders.EXECUTOR_TEMPLATE_KEY])
+        with running_driver(conf, tmp_path) as spark_driver:
+            _check_executor(core_v1, ns)
+            log = spark_driver.stop()
         # Stopping deleted them by label: deletecollection under the driver's Role.
         assert not _executor_pods(core_v1, ns)
         assert not core_v1.list_namespaced_config_map(ns, label_selector="spark-role=executor").items
-        log = (tmp_path / "driver.log").read_text()
         assert "Forbidden" not in log and " 403" not in log, log[-3000:]
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
         rbac.delete_cluster_role(role_name)
+
+
+def _check_executor(core_v1: client.CoreV1Api, ns: str) -> None:
+    """The executor pod and conf ConfigMap the driver created: restricted, under the
+    executors' ServiceAccount, the RPC secret mounted and not in the environment."""
+    from antidote_testkit.operators import wait_for
+
+    (pod,) = wait_for(lambda: _executor_pods(core_v1, ns), "Spark's executor pod", timeout=60)
+    spec = pod.spec
+    assert pod.metadata.name == "orders-exec-1"
+    assert spec.service_account_name == "orders-executor" and spec.automount_service_account_token is False
+    assert spec.security_context.run_as_non_root is True
+    assert spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    (c,) = spec.containers
+    assert c.name == "executor" and c.security_context.read_only_root_filesystem is True
+    assert c.security_context.capabilities.drop == ["ALL"]
+    assert "SPARK_AUTHENTICATE_SECRET" not in {e.name for e in c.env or []}
+    # The executor starts with RPC encryption on (Spark passes spark.network.* at start).
+    java_opts = {e.value for e in c.env or [] if e.name.startswith("SPARK_JAVA_OPT_")}
+    assert "-Dspark.network.crypto.enabled=true" in java_opts, java_opts
+    mounts = {m.mount_path: m.name for m in c.volume_mounts}
+    assert "/tmp" in mounts and builders.SPARK_AUTH_DIR in mounts
+    assert {v.secret.secret_name for v in spec.volumes if v.secret} == {"orders-spark-auth"}
+    assert wait_for(lambda: core_v1.list_namespaced_config_map(ns, label_selector="spark-role=executor").items,
+                    "the executors' conf ConfigMap")
