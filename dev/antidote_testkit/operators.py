@@ -105,6 +105,23 @@ def operator_metric(port: int, line_prefix: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_prefix))
 
 
+def consumer_readiness(metrics_url: str, namespace: str) -> dict[str, tuple[str, float]]:
+    """antidote_operator_consumer_ready as an operator serves it at `metrics_url`, for
+    `namespace`: consumer -> (reason, value); one series per consumer, or it fails."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from antidote_api.wire import OperatorMetric
+
+    text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+    found: dict[str, tuple[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == OperatorMetric.CONSUMER_READY and s.labels["namespace"] == namespace:
+                assert s.labels["consumer"] not in found, f"two series for {s.labels['consumer']}"
+                found[s.labels["consumer"]] = (s.labels["reason"], s.value)
+    return found
+
+
 RECONCILES = 'antidote_operator_reconciles_total{kind="QueueConsumer"'
 ROUNDS = "antidote_operator_scrape_round_seconds_count"
 

@@ -2,8 +2,8 @@
 `antidote_operator_consumer_ready{namespace,consumer,reason}` (one series per consumer,
 gone with the consumer): against the real API server and a real `antidote operator`.
 
-- A driver that refuses its settings: the operator's dev runner runs the real
-  `antidote consumer`, which exits 2 (SettingsRejected).
+- A driver that refuses its settings (SettingsRejected, from the real `antidote consumer`
+  the dev runner runs): tests/integration/test_operator_queue_disable.py.
 - A driver pod the scheduler cannot place (Unschedulable): the local stack runs no
   scheduler and no ReplicaSet controller, so the test creates the driver pod as the
   ReplicaSet would and writes the status the scheduler writes; the operator learns it from
@@ -13,17 +13,10 @@ gone with the consumer): against the real API server and a real `antidote operat
 
 from __future__ import annotations
 
-import sys
-import urllib.request
-
 import pytest
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
-from antidote_api.wire import OperatorMetric
-
-from antidote_testkit.kafka_io import produce
-from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for
+from antidote_testkit.operators import Cluster, consumer, consumer_readiness, install_crds, operator, policy, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -35,37 +28,7 @@ def k(api_client: client.ApiClient, namespace: str) -> Cluster:
 
 
 def readiness(port: int, namespace: str) -> dict[str, tuple[str, float]]:
-    """antidote_operator_consumer_ready as the operator serves it: consumer -> (reason, value)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found: dict[str, tuple[str, float]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == OperatorMetric.CONSUMER_READY and s.labels["namespace"] == namespace:
-                assert s.labels["consumer"] not in found, f"two series for {s.labels['consumer']}"
-                found[s.labels["consumer"]] = (s.labels["reason"], s.value)
-    return found
-
-
-def test_a_driver_that_refuses_its_settings_is_not_ready_in_status_and_metric(
-        k: Cluster, stack, kubeconfig: str, kafka_bootstrap: str, topic_factory, tmp_path, calls_dir) -> None:
-    source = topic_factory()
-    produce(kafka_bootstrap, source, [(b"k0", b"order-0", None)])
-    k.create(policy("plain", {"retries": {"immediate": 0, "cycles": 0}}))
-    k.create(consumer("refused", "plain", kafka_bootstrap, source,
-                      handler="tests.integration.handlerz:upper",
-                      checkpoint={"location": str(tmp_path / "checkpoint")}))
-    env = {**stack.env(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "ANTIDOTE_TEST_CALLS_DIR": str(calls_dir)}
-    args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"),
-            "--dev-runner-master", "local[1]")
-    with operator(kubeconfig, k.ns, tmp_path, *args, env=env) as op:
-        c = k.wait_condition("refused", "Ready", "False", "SettingsRejected", timeout=120)
-        assert "cannot import tests.integration.handlerz" in c["message"]
-        wait_for(lambda: readiness(op.metrics_port, k.ns).get("refused") == ("SettingsRejected", 0),
-                 "the gauge says SettingsRejected")
-        k.delete("queueconsumers", "refused")
-        wait_for(lambda: "refused" not in readiness(op.metrics_port, k.ns), "the series gone with the consumer",
-                 timeout=60)
+    return consumer_readiness(f"http://127.0.0.1:{port}/metrics", namespace)
 
 
 def driver_pod(name: str, consumer_name: str) -> dict:

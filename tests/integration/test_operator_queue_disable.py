@@ -14,7 +14,8 @@ import pytest
 from kubernetes import client
 
 from antidote_testkit.kafka_io import produce
-from antidote_testkit.operators import Cluster, consumer, install_crds, operator, policy, wait_for, wait_settled
+from antidote_testkit.operators import (Cluster, consumer, consumer_readiness, install_crds, operator, policy,
+                                        wait_for, wait_settled)
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +154,7 @@ def test_a_handler_that_cannot_be_imported_is_reported_in_ready_not_as_a_disable
     args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"),
             "--dev-runner-master", "local[1]")
 
-    with operator(kubeconfig, k.ns, tmp_path, *args, env=env):
+    with operator(kubeconfig, k.ns, tmp_path, *args, env=env) as op:
         c = k.wait_condition("typo", "Ready", "False", "SettingsRejected", timeout=120)
         assert c["message"] == (
             "The driver refused its settings and exited with code 2: spec.handler "
@@ -171,4 +172,12 @@ def test_a_handler_that_cannot_be_imported_is_reported_in_ready_not_as_a_disable
         wait_for(lambda: (e := exit_()) and e["finishedAt"] != first["finishedAt"], "a second exit",
                  timeout=60)
         assert k.condition("typo", "Ready") == ("False", "SettingsRejected")
-    assert k.event_reasons("typo").count("SettingsRejected") == 1
+        assert k.event_reasons("typo").count("SettingsRejected") == 1
+        # The operator's gauge says the same (AntidoteConsumerNotRunning reads it), one series
+        # per consumer, gone with the consumer.
+        metrics = f"http://127.0.0.1:{op.metrics_port}/metrics"
+        wait_for(lambda: consumer_readiness(metrics, k.ns).get("typo") == ("SettingsRejected", 0),
+                 "the gauge says SettingsRejected")
+        k.delete("queueconsumers", "typo")
+        wait_for(lambda: "typo" not in consumer_readiness(metrics, k.ns), "the series gone with the consumer",
+                 timeout=60)
