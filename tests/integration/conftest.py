@@ -13,6 +13,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,14 @@ def s3(stack: devstack.Stack) -> Iterator[s3_util.S3]:
     folder's sibling in the cache) and stops it after, leaving the shared stack as it was."""
     with s3_util.server_for(stack) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    """The stack's node with the chart's operator and the test images (node_cluster.started),
+    once per module that asks for it: the node modules (marks: node_cluster.NODE_IMAGES),
+    each of which leaves it as it found it."""
+    from .node_cluster import started
+
+    with started() as c:
+        yield c

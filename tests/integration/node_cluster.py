@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client, config
 
@@ -28,6 +29,14 @@ VALUES = ROOT / "hack/local-images.values.yaml"
 RELEASE = "antidote"
 MASTER = "k8s://https://kubernetes.default.svc"
 EXECUTORS = 2
+# The marks of a module whose tests run on the node with the project's images, and take the
+# `cluster` fixture (conftest.py): `pytestmark = NODE_IMAGES`.
+NODE_IMAGES = [
+    pytest.mark.integration,
+    pytest.mark.node,
+    pytest.mark.images,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
+]
 # Each executor asks for a tenth of a CPU (Spark's default is spark.executor.cores, a whole
 # one): the node has two, the driver takes one and the operator a tenth. The JVMs run C1
 # only, as the tests' JVMs on the host do (jvm_archive.py; docs/testing.md); Spark passes

@@ -16,15 +16,12 @@ docs/testing.md, "What make test leaves out"); root only, one node per machine.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
-import pytest
 import yaml
 from kubernetes import client
 
@@ -33,21 +30,10 @@ from antidote_api.autoscale import NO_LAG_YET
 from antidote_testkit import consumers as cu
 from antidote_testkit.kafka_io import produce, read_all
 from .jvm_archive import C1_ONLY
-from .node_cluster import EXECUTORS, MASTER, RELEASE, ROOT, Cluster, _run, started
+from .node_cluster import EXECUTORS, MASTER, NODE_IMAGES, RELEASE, ROOT, Cluster, _run
 from .node_util import RESTRICTED, phase, pod, restricted_container, restricted_namespace, wait
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.node,
-    pytest.mark.images,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
-]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with started() as c:
-        yield c
+pytestmark = NODE_IMAGES
 
 
 def test_consumer_image_runs_a_consumer_as_a_restricted_pod(cluster: Cluster) -> None:

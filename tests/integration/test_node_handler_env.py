@@ -12,28 +12,14 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import uuid
-from collections.abc import Iterator
 
-import pytest
 
 from antidote_testkit.kafka_io import produce, read_all
-from .node_cluster import EXECUTORS, SPARK, Cluster, started
+from .node_cluster import EXECUTORS, NODE_IMAGES, SPARK, Cluster
 from .node_util import wait
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.node,
-    pytest.mark.images,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
-]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with started() as c:
-        yield c
+pytestmark = NODE_IMAGES
 
 
 def test_env_from_a_secret_reaches_the_handler_in_the_executor_pods(cluster: Cluster) -> None:

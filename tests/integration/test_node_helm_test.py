@@ -9,22 +9,15 @@ Markers `node` and `images` (`make test-node`); root only, one node per machine.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
-import pytest
 from kubernetes import client
 
-from .node_cluster import CHART, RELEASE, VALUES, started
+from .node_cluster import CHART, NODE_IMAGES, RELEASE, VALUES, started
 from .node_util import RESTRICTED, wait
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.node,
-    pytest.mark.images,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
-]
+pytestmark = NODE_IMAGES
 
 CRDS = ("queueconsumers.antidote.dev", "poisonpolicies.antidote.dev")
 TEST_POD = f"{RELEASE}-test"  # the release name contains the chart's: no `-antidote` suffix

@@ -10,13 +10,10 @@ Markers `node` and `images` (`make test-node`); root only, one node per machine.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,27 +21,16 @@ from antidote_api.wire import OperatorMetric
 from antidote_devstack import prometheus as devprom
 from antidote_devstack import stack as devstack
 
-from .node_cluster import Cluster, started
+from .node_cluster import NODE_IMAGES, Cluster
 from .node_util import wait
 from .test_prometheus import alerts
 from .test_prometheus_not_running import ALERT, fast_not_running_rule
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.node,
-    pytest.mark.images,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
-]
+pytestmark = NODE_IMAGES
 
 # No registry answers on localhost: the kubelet's pull fails (IfNotPresent, the operator's
 # default pull policy for consumer pods), as with a mistyped name or a missing pull secret.
 MISSING_IMAGE = "localhost/antidote/never-built:0"
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with started() as c:
-        yield c
 
 
 def operator_endpoints(c: Cluster) -> list[str]:

@@ -6,34 +6,20 @@ and quarantining nothing twice. Markers as test_node_consumers.py (root, one nod
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 
 from antidote_devstack import stack as devstack
 
 from antidote_testkit.kafka_io import produce, read_all
-from .node_cluster import SPARK, Cluster, started
+from .node_cluster import NODE_IMAGES, SPARK, Cluster
 from .node_util import wait
 from .s3_util import S3
 from .test_node_consumers import _audit
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.node,
-    pytest.mark.images,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the node and buildah need root (docs/node.md)"),
-]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with started() as c:
-        yield c
+pytestmark = NODE_IMAGES
 
 
 def test_a_consumer_with_its_checkpoint_on_s3_survives_a_driver_pod_kill(cluster: Cluster) -> None:
