@@ -150,6 +150,10 @@ PROBE_ANNOTATION = "antidote.dev/probe"  # the operator's own: an auto-resume pr
 # A reader Job's report where no kubelet ran it: the dev runner writes it on the Job (a pod's
 # termination message holds it on a cluster), the on-call commands read either.
 DEV_RUNNER_REPORT = "antidote.dev/dev-runner-report"
+# On both ServiceAccounts of a consumer: the keys of spec.spark.<side>.serviceAccountAnnotations
+# the operator wrote (comma-separated), so that a key taken out of the spec is taken off the
+# ServiceAccount and nothing else is (a cloud's controllers may annotate it too).
+USER_ANNOTATIONS = "antidote.dev/user-annotations"
 
 # Extra jars for a consumer's Spark (comma-separated): the dev stack's connector jars in a
 # checkout; unset in the consumer image, whose jars are in Spark's own jars/.

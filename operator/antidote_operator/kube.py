@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from antidote_api.types import GROUP, POISON_POLICIES, QUEUE_CONSUMERS, VERSION
+from antidote_api.wire import USER_ANNOTATIONS
 
 from .ownership import conflict_of
 
@@ -338,9 +339,6 @@ OWNED_FIELDS = {"ConfigMap": ("data",), "ServiceAccount": ("automountServiceAcco
 OWNED_ANNOTATIONS = {"ServiceAccount"}
 
 
-# On a ServiceAccount: the keys of the user's annotations the operator wrote (builders/common.py
-# USER_ANNOTATIONS_ANNOTATION; spelled out here, as the kube client imports no builder).
-USER_ANNOTATIONS = "antidote.dev/user-annotations"
 
 
 def stale_annotations(desired: Mapping[str, Any], have: Mapping[str, Any]) -> dict[str, None]:

@@ -189,6 +189,3 @@ def test_a_service_account_annotation_taken_out_of_the_spec_is_taken_off_and_not
     one = driver_sa(settings(spark={"driver": {"serviceAccountAnnotations": {"team": "pay"}}}))
     assert stale_annotations(one, {"metadata": {"annotations": two["metadata"]["annotations"]}}) == {
         "eks.amazonaws.com/role-arn": None}
-    from antidote_operator.builders.common import USER_ANNOTATIONS_ANNOTATION
-    from antidote_operator.kube import USER_ANNOTATIONS
-    assert USER_ANNOTATIONS == USER_ANNOTATIONS_ANNOTATION  # one name, spelled in two modules

@@ -21,10 +21,6 @@ EXECUTOR_SECRETS_ANNOTATION = "antidote.dev/executor-secrets"  # comma-separated
 # spec.spark's imagePullSecrets (comma-separated; "" for none): the policy lets executor pods
 # name exactly these.
 EXECUTOR_PULL_SECRETS_ANNOTATION = "antidote.dev/executor-image-pull-secrets"
-# On both ServiceAccounts: the keys of spec.spark.<side>.serviceAccountAnnotations the operator
-# wrote (comma-separated), so that a key taken out of the spec is taken off the ServiceAccount
-# (kube.apply) and nothing else is (a cloud's controllers may annotate it too).
-USER_ANNOTATIONS_ANNOTATION = "antidote.dev/user-annotations"
 
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
 EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"

@@ -10,8 +10,9 @@ from typing import Any, Literal
 
 from antidote_api.placement import Placement, effective
 from antidote_api.semantics import EffectiveSettings
+from antidote_api.wire import USER_ANNOTATIONS
 
-from .common import EXECUTOR_PULL_SECRETS_ANNOTATION, USER_ANNOTATIONS_ANNOTATION
+from .common import EXECUTOR_PULL_SECRETS_ANNOTATION
 
 # The pods' name of a user's Secret or ConfigMap volume: prefixed, as claims are ("claim-"),
 # so it never meets one of the operator's ("settings", "tmp", "spark-auth", "secret-<i>").
@@ -97,11 +98,11 @@ def add_placement(pod_spec: dict[str, Any], settings: EffectiveSettings, side: S
 
 def service_account_annotations(settings: EffectiveSettings, side: Side) -> dict[str, str]:
     """The side's spec.spark.<side>.serviceAccountAnnotations, and which keys they are
-    (USER_ANNOTATIONS_ANNOTATION) when there are any."""
+    (USER_ANNOTATIONS) when there are any."""
     own = settings.spark.driver if side == "driver" else settings.spark.executor
     out = dict(own.service_account_annotations or {})
     if out:
-        out[USER_ANNOTATIONS_ANNOTATION] = ",".join(sorted(out))
+        out[USER_ANNOTATIONS] = ",".join(sorted(out))
     return out
 
 
