@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         if package in DEV_TOOLING:
             return fail(args.command, f"needs the dev tooling ({package}), which the images leave "
                                       "out: run it from a checkout or an installed antidote package")
+        if package == "antidote_operator":  # the consumer image carries no operator
+            return fail(args.command, "needs the operator (antidote_operator), which the consumer "
+                                      "image leaves out: run it from the operator image")
         if package not in CONSUMER_EXTRA:
             raise
         return fail(args.command, f"needs {package}, from the 'consumer' extra: "
