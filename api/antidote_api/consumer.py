@@ -52,6 +52,22 @@ class KafkaSink(ApiModel):
     secret_ref: LocalObjectReference | None = Field(
         None, description="Credentials for the sink's brokers. Default: the source's, when "
                           "bootstrapServers is not set either.")
+    delivery: Literal["ExactlyOnce", "AtLeastOnce"] = Field(
+        "ExactlyOnce",
+        description="`ExactlyOnce`: each output is committed once, in Kafka transactions with the "
+                    "ledger (read the sink with `isolation.level=read_committed`); needs the sink "
+                    "on the source's brokers. `AtLeastOnce`: outputs are written as they are made, "
+                    "and a batch replayed after a crash writes its outputs again. See "
+                    "docs/consumer.md, \"Exactly-once to a Kafka sink\".",
+        json_schema_extra=seed("Kafka Streams processing.guarantee; Flink KafkaSink DeliveryGuarantee"))
+
+    rules = (
+        Rule("!has(self.bootstrapServers) || (has(self.delivery) && self.delivery == 'AtLeastOnce')",
+             "must be AtLeastOnce with the sink's own bootstrapServers: a transaction cannot span "
+             "the sink's brokers and the source's, where the ledger is (omit bootstrapServers to "
+             "write to the source's brokers exactly once)",
+             lambda k: k.bootstrap_servers is None or k.delivery == "AtLeastOnce", field="delivery"),
+    )
 
 
 class Sink(ApiModel):

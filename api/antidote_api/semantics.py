@@ -13,7 +13,7 @@ from pydantic import Field
 
 from .base import ApiModel
 from .handler_env import EnvFromSource, EnvVar
-from .consumer import Checkpoint, ClaimVolume, KafkaSink, KafkaSource, QueueConsumerSpec, Spark
+from .consumer import Checkpoint, ClaimVolume, KafkaSource, LocalObjectReference, QueueConsumerSpec, Spark
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
 from .types import Disposition, NativeHeaderSet
@@ -157,8 +157,17 @@ def longest_retry_delay(r: EffectiveRetries) -> Duration:
                default=Duration(0))
 
 
+class EffectiveKafkaSink(ApiModel):
+    """spec.sink.kafka with its brokers and credentials resolved (the source's by default)."""
+
+    topic: str
+    bootstrap_servers: str
+    secret_ref: LocalObjectReference | None = None
+    delivery: Literal["ExactlyOnce", "AtLeastOnce"] = "ExactlyOnce"
+
+
 class EffectiveSink(ApiModel):
-    kafka: KafkaSink | None = None
+    kafka: EffectiveKafkaSink | None = None
     path: str | None = None
     format: str | None = None
 
@@ -210,9 +219,12 @@ def _sink(spec: QueueConsumerSpec) -> EffectiveSink | None:
     if sink.kafka is not None:
         kafka = sink.kafka
         if kafka.bootstrap_servers is None:  # same cluster as the source, same credentials
-            kafka = kafka.model_copy(update={"bootstrap_servers": source.bootstrap_servers,
-                                             "secret_ref": kafka.secret_ref or source.secret_ref})
-        return EffectiveSink(kafka=kafka)
+            return EffectiveSink(kafka=EffectiveKafkaSink(
+                topic=kafka.topic, bootstrap_servers=source.bootstrap_servers,
+                secret_ref=kafka.secret_ref or source.secret_ref, delivery=kafka.delivery))
+        return EffectiveSink(kafka=EffectiveKafkaSink(
+            topic=kafka.topic, bootstrap_servers=kafka.bootstrap_servers, secret_ref=kafka.secret_ref,
+            delivery=kafka.delivery))
     return EffectiveSink(path=sink.path, format=sink.format or "parquet")
 
 

@@ -127,8 +127,9 @@ def test_resolve_sinks() -> None:
     assert same_cluster.sink.kafka.bootstrap_servers == "localhost:9092"
     assert same_cluster.sink.kafka.secret_ref.name == "creds"
     other = resolve(QueueConsumerSpec.model_validate(
-        {**spec, "sink": {"kafka": {"topic": "out", "bootstrapServers": "other:9092"}}}), policy())
+        {**spec, "sink": {"kafka": {"topic": "out", "bootstrapServers": "other:9092", "delivery": "AtLeastOnce"}}}), policy())
     assert other.sink.kafka.bootstrap_servers == "other:9092" and other.sink.kafka.secret_ref is None
+    assert (same_cluster.sink.kafka.delivery, other.sink.kafka.delivery) == ("ExactlyOnce", "AtLeastOnce")
     files = resolve(QueueConsumerSpec.model_validate({**spec, "sink": {"path": "/lake"}}), policy())
     assert (files.sink.path, files.sink.format) == ("/lake", "parquet")
 

@@ -287,7 +287,7 @@ def test_sink_uses_the_source_secret_only_on_the_source_cluster(tmp_path: Path,
     assert ka.source_secret(settings(None)) == "src-creds"
     assert ka.sink_secret(settings(None)) is None
     assert ka.sink_secret(settings({"kafka": {"topic": "o"}})) == "src-creds"
-    assert ka.sink_secret(settings({"kafka": {"topic": "o", "bootstrapServers": "other:9092"}})) is None
+    assert ka.sink_secret(settings({"kafka": {"topic": "o", "bootstrapServers": "other:9092", "delivery": "AtLeastOnce"}})) is None
     assert ka.sink_secret(settings({"kafka": {"topic": "o", "secretRef": {"name": "own"}}})) == "own"
     assert ka.sink_secret(settings({"path": "/out"})) is None
     # The executors get the Secret's directory, never its contents.

@@ -33,7 +33,8 @@ def _executor_conf(kids) -> dict[str, str]:
     ({}, RenderOptions()),
     ({"spark": {"image": "shop/consumer:7"}}, RenderOptions(image="reg/antidote-consumer:9")),
     ({"source": {"kafka": {"bootstrapServers": "k:9092", "topic": "orders", "secretRef": {"name": "kafka-creds"}}},
-      "sink": {"kafka": {"topic": "out", "bootstrapServers": "o:9092", "secretRef": {"name": "sink-creds"}}}},
+      "sink": {"kafka": {"topic": "out", "bootstrapServers": "o:9092", "secretRef": {"name": "sink-creds"},
+                         "delivery": "AtLeastOnce"}}},
      RenderOptions(image="reg/antidote-consumer:9")),
 ])
 def test_the_driver_service_account_names_what_spark_gives_its_executors(over, opts) -> None:

@@ -101,7 +101,7 @@ def test_secrets_are_mounted_by_reference_never_copied() -> None:
     s = settings(source={"kafka": {"bootstrapServers": "kafka:9092", "topic": "orders",
                                    "secretRef": {"name": "kafka-creds"}}},
                  sink={"kafka": {"topic": "out", "bootstrapServers": "other:9092",
-                                 "secretRef": {"name": "sink-creds"}}})
+                                 "secretRef": {"name": "sink-creds"}, "delivery": "AtLeastOnce"}})
     kids = children(s)
     pod = kids["Deployment"]["spec"]["template"]["spec"]
     assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {
