@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from antidote_api.conditions import EventReason
 from antidote_api.names import reader_service_account
@@ -43,7 +43,7 @@ class Outcome:
     recheck_at: datetime | None = None  # when a schedule needs another look
     # An object of the reader's names that is not the consumer's (ownership), met starting a
     # Job; None: none met; False: no Job was started, nothing learnt (the last one stands).
-    conflict: str | None | bool = False
+    conflict: str | None | Literal[False] = False
 
 
 # --- watch streams -------------------------------------------------------------------------------
@@ -108,6 +108,7 @@ async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSe
             ctx.metrics.child_writes.labels("ServiceAccount", "created").inc()
     except kube.NotOwned as err:
         return str(err)  # the Job would run under another's ServiceAccount (logged with its Event)
+    body: dict[str, Any] | None
     try:
         body = await ctx.kube.create(kube.JOB, ns, job)
         ctx.metrics.child_writes.labels("Job", "created").inc()

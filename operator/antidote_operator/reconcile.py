@@ -217,7 +217,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     if reader.consume_drain:
         annotations[DRAIN_ANNOTATION] = None
     if d.probe is not False:
-        annotations[PROBE_ANNOTATION] = d.probe  # type: ignore[assignment]
+        annotations[PROBE_ANNOTATION] = d.probe
     if annotations:
         await ctx.kube.patch(kube.QUEUE_CONSUMER, ns, name, {"metadata": {"annotations": annotations}})
     return True
