@@ -43,11 +43,11 @@ class Parser(argparse.ArgumentParser):
     are required: consumer (antidote inspect --help)`, exit 2, instead of the usage block and
     `antidote inspect: error: ...`. Subparsers inherit the class."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         say_error(command_of(self.prog), f"{message} (see {self.prog} --help)")
         sys.exit(CliExit.USAGE)
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         # argparse reports a subcommand's unknown flags from the top parser (`antidote:
         # unrecognized arguments`): named here with the subcommand, as its other errors.
         ns, extras = self.parse_known_args(args, namespace)

@@ -106,7 +106,7 @@ def run_with(args: argparse.Namespace, settings, client_conf: dict[str, str] | N
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
 
     from antidote_consumer.kafka import auth as kafka_auth
     from antidote_consumer.kafka.topics import KafkaUnreachable, reachable
@@ -137,7 +137,7 @@ def run_with(args: argparse.Namespace, settings, client_conf: dict[str, str] | N
         raise CliError(str(err), EXIT_BAD_SETTINGS) from None
     except KafkaException as err:  # the broker went away mid-run: committed chunks stay done
         kerr = err.args[0] if err.args else None
-        raise CliError(f"Kafka at {bootstrap}: {kerr.str() if hasattr(kerr, 'str') else err}; what "
+        raise CliError(f"Kafka at {bootstrap}: {kerr.str() if isinstance(kerr, KafkaError) else err}; what "
                        "was committed before stays done, the rest is read again next time") from None
     except TimeoutError as err:  # a broker that stopped answering (reader.run READ_WAIT)
         raise CliError(str(err), CliExit.ERROR) from None

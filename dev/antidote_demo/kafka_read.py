@@ -26,12 +26,17 @@ def keys_of(bootstrap: str, topic: str, timeout: float = 30.0) -> list[bytes]:
             msg = c.poll(timeout)
             if msg is None:
                 raise TimeoutError(f"reading {topic}: no answer in {timeout:.0f}s")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
                     todo.discard(msg.partition())
                     continue
-                raise RuntimeError(f"reading {topic}: {msg.error()}")
-            keys.append(msg.key())
+                raise RuntimeError(f"reading {topic}: {err}")
+            key = msg.key()
+            if key is None:
+                raise RuntimeError(f"reading {topic}: a message without a key at partition "
+                                   f"{msg.partition()} offset {msg.offset()}")
+            keys.append(key)
         return keys
     finally:
         c.close()

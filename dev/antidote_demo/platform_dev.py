@@ -41,7 +41,9 @@ class DevPlatform:
         ext = client.ApiextensionsV1Api(d.api)
         for kind in crdgen.KINDS:  # generated from the models: the same CRDs as crds/
             try:
-                ext.create_custom_resource_definition(crdgen.crd(kind))
+                # The client serialises a plain dict as it does its model (its annotation
+                # names the model only).
+                ext.create_custom_resource_definition(crdgen.crd(kind))  # type: ignore[arg-type]
             except client.ApiException as err:
                 if err.status != 409:
                     raise

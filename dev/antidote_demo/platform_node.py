@@ -119,7 +119,8 @@ class NodePlatform:
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                                 "readOnlyRootFilesystem": True, "runAsNonRoot": True},
         }
-        client.AppsV1Api(d.api).create_namespaced_deployment(d.ns, {
+        # A plain dict: the client serialises it as its V1Deployment (whose type it names).
+        client.AppsV1Api(d.api).create_namespaced_deployment(d.ns, {  # type: ignore[arg-type]
             "metadata": {"name": ACCOUNTS, "labels": labels},
             "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels}, "spec": {

@@ -78,24 +78,24 @@ class DevRunner:
     def observe(self, body: Mapping[str, Any], deleted: bool) -> None:
         meta = body.get("metadata", {})
         key = (meta.get("namespace"), meta.get("name"))
-        runner = self.runners.get(key)  # type: ignore[arg-type]
+        runner = self.runners.get(key)
         if runner is None or runner.task.done():
             if deleted:
                 return
-            runner = self.runners[key] = _Runner(self, dict(body))  # type: ignore[index]
+            runner = self.runners[key] = _Runner(self, dict(body))
         runner.update(dict(body), deleted)
 
     def observe_job(self, body: Mapping[str, Any], deleted: bool) -> None:
         """A reader Job: run it once, unless it finished (or another run of it is going)."""
         meta = body.get("metadata", {})
         key = (meta.get("namespace"), meta.get("name"))
-        runner = self.jobs.get(key)  # type: ignore[arg-type]
+        runner = self.jobs.get(key)
         if deleted:
             if runner is not None:
                 asyncio.create_task(runner.stop())
             return
         if runner is None:
-            self.jobs[key] = _JobRunner(self, dict(body))  # type: ignore[index]
+            self.jobs[key] = _JobRunner(self, dict(body))
 
     async def close(self) -> None:
         """Stop every local driver (SIGTERM, then the grace period) as the operator exits."""

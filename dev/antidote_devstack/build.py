@@ -215,6 +215,10 @@ def _node_packages() -> dict[str, Path]:
     return {}
 
 
+# (name, how to make it): a path, or several by name (the node's images).
+Artefact = tuple[str, Callable[[], Path | dict[str, Path]]]
+
+
 def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
               project: bool = False, s3: bool = False) -> dict[str, Path]:
     """Everything `dev up` and the tests need; returns name -> path. `node` adds the node's
@@ -228,13 +232,13 @@ def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
     its next artefact once the other has failed, and the failure is raised."""
     if node:
         binaries = tuple(dict.fromkeys(binaries + NODE_BINARIES))
-    jar_sets = DEFAULT_JAR_SETS
+    jar_sets: tuple[str, ...] = DEFAULT_JAR_SETS
     if s3:
         binaries = tuple(dict.fromkeys(binaries + S3_BINARIES))
         jar_sets += S3_JAR_SETS
     failed = threading.Event()
 
-    def lane(work: list[tuple[str, Callable[[], Path | dict[str, Path]]]]) -> dict[str, Path]:
+    def lane(work: list[Artefact]) -> dict[str, Path]:
         done: dict[str, Path] = {}
         for name, make in work:
             if failed.is_set():
@@ -247,8 +251,8 @@ def build_all(binaries: tuple[str, ...] = DEFAULT_BINARIES, node: bool = False,
             done.update(made if isinstance(made, dict) else {name: made})
         return done
 
-    go = [(name, functools.partial(build_go, name)) for name in binaries]
-    fetch: list[tuple[str, Callable[[], Path | dict[str, Path]]]] = [
+    go: list[Artefact] = [(name, functools.partial(build_go, name)) for name in binaries]
+    fetch: list[Artefact] = [
         (f"{name}-jars", functools.partial(build_jars, name)) for name in jar_sets]
     if node:
         from . import images  # noqa: PLC0415 - only the node needs it

@@ -115,6 +115,8 @@ def client_cert(pki: Pki, name: str, cn: str, org: str | None = None) -> tuple[P
     if cert.exists() and key.exists():
         return cert, key
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):  # `create` makes it with _key()
+        raise ValueError(f"{pki.ca_key}: the stack's CA key is not an EC key; remove the stack's pki to make a new one")
     ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
     k = _key()
     signed = (_builder(_name(cn, org), ca.subject, k.public_key())

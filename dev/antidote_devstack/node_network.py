@@ -94,13 +94,13 @@ def remove_chains() -> None:
     """Every KUBE-*, CNI-* chain and our guard, in every table, for IPv4 and IPv6."""
     for save, cmd in (("iptables-save", "iptables"), ("ip6tables-save", "ip6tables")):
         dump = subprocess.run([save], capture_output=True, text=True).stdout
-        table = None
+        table: str | None = None
         jumps: list[tuple[str, list[str]]] = []
         chains: list[tuple[str, str]] = []
         for line in dump.splitlines():
             if line.startswith("*"):
                 table = line[1:]
-            elif line.startswith(":") and line[1:].startswith(CHAIN_PREFIXES):
+            elif line.startswith(":") and table and line[1:].startswith(CHAIN_PREFIXES):
                 chains.append((table, line[1:].split()[0]))
             elif line.startswith("-A ") and table:
                 parts = shlex.split(line)  # comments are quoted

@@ -94,7 +94,7 @@ class Supervisor:
 
     def alive(self, name: str) -> bool:
         rec = self._record(name)
-        return bool(rec) and rec.get("start") is not None and _start_time(rec["pid"]) == rec["start"]
+        return rec is not None and rec.get("start") is not None and _start_time(rec["pid"]) == rec["start"]
 
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.pid_dir.glob("*.pid")) if self.pid_dir.exists() else []

@@ -233,8 +233,8 @@ def _build_args(args: dict[str, str]) -> list[str]:
 def operator_image() -> tuple[str, Path]:
     """(name, OCI archive) of docker/operator.Dockerfile built on the local Python base."""
     python, python_key = python_base_image()
-    return build_image(operator_name(), ROOT / "docker/operator.Dockerfile", "operator",
-                          {"PYTHON_IMAGE": python}, [python_key])
+    return _archived(build_image(operator_name(), ROOT / "docker/operator.Dockerfile", "operator",
+                                 {"PYTHON_IMAGE": python}, [python_key]))
 
 
 def consumer_image(archive: bool = True) -> tuple[str, Path | None]:
@@ -245,6 +245,14 @@ def consumer_image(archive: bool = True) -> tuple[str, Path | None]:
     return build_image(consumer_name(), ROOT / "docker/consumer.Dockerfile", "consumer",
                        {"PYTHON_IMAGE": python, "MAVEN_IMAGE": maven}, [python_key, maven_key],
                        archive=archive)
+
+
+def _archived(built: tuple[str, Path | None]) -> tuple[str, Path]:
+    """(name, OCI archive) of an image built with its archive (build_image's default)."""
+    name, archive = built
+    if archive is None:
+        raise StackError("build images", f"{name} was built without its OCI archive")
+    return name, archive
 
 
 def build_all() -> dict[str, Path]:
@@ -268,7 +276,7 @@ def load_into_node(state_dir: Path) -> dict[str, str]:
     if os.geteuid() != 0:
         raise StackError("load images", "buildah and the node's containerd need root here (docs/node.md)")
     loaded = {}
-    for role, (name, archive) in (("operator", operator_image()), ("consumer", consumer_image())):
+    for role, (name, archive) in (("operator", operator_image()), ("consumer", _archived(consumer_image()))):
         node.load_image(state_dir, name, archive)
         loaded[role] = name
     return loaded

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
@@ -22,11 +22,15 @@ from .builders.common import LABEL_CONSUMER
 from . import kube, kube_login, object_watch, reader_control
 from .kube import ApiError
 from .object_watch import ObjectWatch
+from .consumer_object import consumer_object
 from .context import Context
 from .handled_specs import KOPF_PREFIX
 from .reconcile import delete_children, on_deployment, on_pod, post_event, sync_consumer
 from .policy_status import policy_status
 from .watcher import Watcher
+
+if TYPE_CHECKING:  # Kopf's type of a label filter, which it does not export
+    from kopf._core.intents.filters import MetaFilter
 
 QC = (GROUP, VERSION, QUEUE_CONSUMERS)
 PP = (GROUP, VERSION, POISON_POLICIES)
@@ -34,7 +38,7 @@ PP = (GROUP, VERSION, POISON_POLICIES)
 # Spark's business (it replaces executors), not the queue's.
 DRIVER_SELECTOR = f"{LABEL_CONSUMER},app.kubernetes.io/component=driver"
 WATCH_SERVER_TIMEOUT = 300  # seconds: the server ends a watch stream, which is resumed
-READER = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "reader"}
+READER: MetaFilter = {LABEL_CONSUMER: kopf.PRESENT, "app.kubernetes.io/component": "reader"}
 
 log = logging.getLogger("antidote.operator")
 
@@ -97,9 +101,11 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 # by the same watch events, and a lookup that misses falls back to one GET.
 
 @kopf.on.event(*PP)
-async def policy_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf.Spec,
+async def policy_event(event: kopf.RawEvent, namespace: str | None, name: str, spec: kopf.Spec,
                        memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
+    if namespace is None:
+        return  # Kopf's type allows cluster-scoped kinds; the CRDs are namespaced
     if event["type"] == "DELETED":
         ctx.handled_specs.forget(event["object"].get("metadata", {}).get("uid"))
         ctx.policies.pop((namespace, name), None)
@@ -111,9 +117,11 @@ async def policy_event(event: kopf.RawEvent, namespace: str, name: str, spec: ko
 
 
 @kopf.on.event(*QC)
-async def consumer_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf.Spec,
+async def consumer_event(event: kopf.RawEvent, namespace: str | None, name: str, spec: kopf.Spec,
                          memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
+    if namespace is None:
+        return  # as in policy_event
     if event["type"] == "DELETED":
         ctx.handled_specs.forget(event["object"].get("metadata", {}).get("uid"))
         ctx.note_user(namespace, name, None)
@@ -152,17 +160,18 @@ def _retryable(err: ApiError) -> Exception:
 @kopf.on.resume(*QC, backoff=5)
 @kopf.on.create(*QC, backoff=5)
 @kopf.on.update(*QC, backoff=5)
-async def reconcile_consumer(body: kopf.Body, namespace: str, name: str, reason: kopf.Reason,
-                             diff: kopf.Diff, memo: kopf.Memo, **_: Any) -> None:
+async def reconcile_consumer(body: kopf.Body, reason: str, diff: kopf.Diff, memo: kopf.Memo,
+                             **_: Any) -> None:
     ctx: Context = memo.ctx
+    obj = consumer_object(body)
     try:
-        await sync_consumer(ctx, namespace, name, body=dict(body), verify=renders_children(reason, diff))
+        await sync_consumer(ctx, obj.namespace, obj.name, seen=obj, verify=renders_children(reason, diff))
     except ApiError as err:
         ctx.metrics.reconciles.labels("QueueConsumer", "error").inc()
         raise _retryable(err) from None
 
 
-def renders_children(reason: kopf.Reason, diff: kopf.Diff) -> bool:
+def renders_children(reason: str, diff: kopf.Diff) -> bool:
     """Whether the children are read back and compared (verify): on create and resume, and on
     an update of what they are built from (spec, labels). An update of annotations alone
     (`antidote resume`, `antidote drain`, a probe) changes no child: comparing each against
@@ -181,15 +190,16 @@ def holds_finalizer(memo: kopf.Memo, **_: Any) -> bool:
 
 
 @kopf.on.delete(*QC, backoff=5, when=holds_finalizer)
-async def delete_consumer(namespace: str, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
+async def delete_consumer(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     ctx: Context = memo.ctx
+    obj = consumer_object(body)
     try:
-        deleted = await delete_children(ctx, namespace, name, uid)
+        deleted = await delete_children(ctx, obj.namespace, obj.name, obj.uid)
     except ApiError as err:
         raise _retryable(err) from None
-    ctx.registry.forget(namespace, name)
+    ctx.registry.forget(obj.namespace, obj.name)
     if deleted:
-        log.info("%s/%s deleted: removed %s", namespace, name, ", ".join(deleted))
+        log.info("%s/%s deleted: removed %s", obj.namespace, obj.name, ", ".join(deleted))
 
 
 # --- PoisonPolicy ----------------------------------------------------------------------------
@@ -198,9 +208,11 @@ async def delete_consumer(namespace: str, name: str, uid: str, memo: kopf.Memo, 
 @kopf.on.create(*PP, backoff=5)
 @kopf.on.update(*PP, backoff=5)
 async def reconcile_policy(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
-                           namespace: str, name: str, patch: kopf.Patch, memo: kopf.Memo,
-                           reason: kopf.Reason, **_: Any) -> None:
+                           namespace: str | None, name: str, patch: kopf.Patch, memo: kopf.Memo,
+                           reason: str, **_: Any) -> None:
     ctx: Context = memo.ctx
+    if namespace is None:
+        return  # as in policy_event
     generation = int(meta.get("generation", 1))
     new, event = policy_status(dict(spec), dict(status), generation)
     if new != dict(status):

@@ -18,8 +18,9 @@ log = logging.getLogger("antidote.operator")
 
 M_ARENA_MAX = -8  # mallopt parameter (malloc.h)
 
+_libc: ctypes.CDLL | None
 try:
-    _libc: ctypes.CDLL | None = ctypes.CDLL("libc.so.6")
+    _libc = ctypes.CDLL("libc.so.6")
     _libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     _libc.malloc_trim.argtypes = [ctypes.c_size_t]
 except (OSError, AttributeError):  # not glibc (musl, macOS)

@@ -8,9 +8,10 @@ operator never used). Credentials come from `kube_login`, shared with Kopf.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 from datetime import datetime, timezone
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,9 +212,10 @@ class Kube:
         return (await self.list_at(kind, namespace, label_selector, page=page))[0]
 
     async def list_at(self, kind: Kind, namespace: str | None, label_selector: str | None = None, *,
-                      page: int | None = None) -> tuple[list[dict[str, Any]], str]:
+                      page: int | None = None) -> tuple[builtins.list[dict[str, Any]], str]:
         """Every item, and the list's resourceVersion (where a watch of it starts)."""
-        items: list[dict[str, Any]] = []
+        # builtins.list: in the class's body, `list` is the method above.
+        items: builtins.list[dict[str, Any]] = []
         query: dict[str, Any] = {"labelSelector": label_selector} if label_selector else {}
         if page:
             query["limit"] = page
@@ -227,7 +229,7 @@ class Kube:
             query["continue"] = more
 
     async def watch(self, kind: Kind, namespace: str | None, label_selector: str | None, *,
-                    resource_version: str, timeout: int) -> AsyncIterator[dict[str, Any]]:
+                    resource_version: str, timeout: int) -> AsyncGenerator[dict[str, Any], None]:
         """The watch events of a collection from `resource_version` (with bookmarks), one
         dict each ({"type", "object"}), until the server ends the stream after `timeout`
         seconds. Not counted against the call slots: it is held open."""

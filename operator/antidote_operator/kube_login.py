@@ -103,9 +103,15 @@ def relative_paths_resolved(info: kopf.ConnectionInfo,
                             current: dict[str, tuple[str, dict[str, Any], Path]]) -> kopf.ConnectionInfo:
     """File paths in a kubeconfig are relative to that file (kubectl's rule; Kopf keeps
     them as written, relative to the working directory)."""
-    changes: dict[str, str] = {}
-    for field, where in (("ca_path", "cluster"), ("certificate_path", "user"), ("private_key_path", "user")):
-        value = getattr(info, field)
+    def resolved(value: object, where: str) -> str | None:
+        """A relative path made absolute against the file that has `where`; None: as it is."""
         if isinstance(value, str) and value and not os.path.isabs(value):
-            changes[field] = str(current[where][2].parent / value)
-    return dataclasses.replace(info, **changes) if changes else info
+            return str(current[where][2].parent / value)
+        return None
+
+    ca, cert, key = (resolved(info.ca_path, "cluster"), resolved(info.certificate_path, "user"),
+                     resolved(info.private_key_path, "user"))
+    if ca is None and cert is None and key is None:
+        return info
+    return dataclasses.replace(info, ca_path=ca or info.ca_path, certificate_path=cert or info.certificate_path,
+                               private_key_path=key or info.private_key_path)

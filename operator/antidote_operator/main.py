@@ -43,6 +43,7 @@ async def operate(options: Options, *, runner: RunnerFactory | None = None,
             # Without --peering the operator runs alone; with it, replicas elect one active
             # instance through Kopf's (Cluster)KopfPeering objects.
             standalone=options.peering is None, peering_name=options.peering,
+            # identity: Kopf types it as its peering Identity, a NewType of str it does not export.
             priority=options.priority, liveness_endpoint=options.liveness, identity=ctx.identity,  # type: ignore[arg-type]
             memo=kopf.Memo(ctx=ctx), stop_flag=stop_flag, ready_flag=ready_flag)
     finally:

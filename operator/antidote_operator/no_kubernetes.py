@@ -20,5 +20,7 @@ def keep_out() -> bool:
     if any(name in sys.modules for name in KEPT_OUT):
         return False
     for name in KEPT_OUT:
-        sys.modules[name] = None  # type: ignore[assignment] - `import` raises ImportError
+        # None in sys.modules makes `import` raise ImportError (the import system's own rule),
+        # which typeshed's dict[str, ModuleType] does not spell.
+        sys.modules[name] = None  # type: ignore[assignment]
     return True

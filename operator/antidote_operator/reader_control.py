@@ -1,9 +1,9 @@
 """Reader Jobs in the reconcile loop: observe Jobs and their pods, start the Job a trigger
 asks for, and fold what the Jobs say into status.readerJobs (decisions in reader_jobs).
 
-Called from `_sync_once` with the QueueConsumer as read: the new readerJobs go into the
-same conditional status write as the conditions, and the Events follow that write, so a
-retry or a restarted operator never posts them twice.
+Called from `_sync_once` with the QueueConsumer as read (a ConsumerObject): the new
+readerJobs go into the same conditional status write as the conditions, and the Events
+follow that write, so a retry or a restarted operator never posts them twice.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from antidote_api.conditions import EventReason
 from antidote_api.names import reader_service_account
 from antidote_api.semantics import EffectiveSettings
-from antidote_api.times import parse_time
 
 from . import kube, ownership
 from . import reader_jobs as rj
@@ -26,6 +25,7 @@ from .builders.common import LABEL_CONSUMER
 from .status import Event
 
 if TYPE_CHECKING:
+    from .consumer_object import ConsumerObject
     from .context import Context
     from .state import ConsumerState
 
@@ -43,7 +43,7 @@ class Outcome:
     recheck_at: datetime | None = None  # when a schedule needs another look
     # An object of the reader's names that is not the consumer's (ownership), met starting a
     # Job; None: none met; False: no Job was started, nothing learnt (the last one stands).
-    conflict: str | None | bool = False
+    conflict: str | None | Literal[False] = False
 
 
 # --- watch streams -------------------------------------------------------------------------------
@@ -108,6 +108,7 @@ async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSe
             ctx.metrics.child_writes.labels("ServiceAccount", "created").inc()
     except kube.NotOwned as err:
         return str(err)  # the Job would run under another's ServiceAccount (logged with its Event)
+    body: dict[str, Any] | None
     try:
         body = await ctx.kube.create(kube.JOB, ns, job)
         ctx.metrics.child_writes.labels("Job", "created").inc()
@@ -125,19 +126,18 @@ async def _create_job(ctx: Context, qc: Mapping[str, Any], settings: EffectiveSe
     return ctx.reader_index.put(ns, body)
 
 
-async def step(ctx: Context, st: ConsumerState, qc: Mapping[str, Any],
+async def step(ctx: Context, st: ConsumerState, obj: ConsumerObject,
                settings: EffectiveSettings | None) -> Outcome:
-    meta = qc["metadata"]
-    ns, name = meta["namespace"], meta["name"]
+    ns, name = obj.namespace, obj.name
     await _ensure_listed(ctx, ns)
-    stored = list((qc.get("status") or {}).get("readerJobs") or [])
+    stored = list(obj.status.get("readerJobs") or [])
     jobs = ctx.reader_index.of(ns, name)
     out = Outcome()
     depth = st.sample.depths.get("poison") if st.sample is not None else None
     if settings is not None:
         now = datetime.now(timezone.utc)
-        p = rj.plan(consumer=name, settings=settings, annotations=meta.get("annotations") or {},
-                    depth=depth, now=now, created=parse_time(meta.get("creationTimestamp")), jobs=jobs,
+        p = rj.plan(consumer=name, settings=settings, annotations=obj.annotations,
+                    depth=depth, now=now, created=obj.created, jobs=jobs,
                     stored=stored, job_opts=ctx.options.reader_jobs)
         if p.invalid_drain is not None:
             out.events.append(Event("Warning", EventReason.DRAIN_INVALID,
@@ -145,7 +145,7 @@ async def step(ctx: Context, st: ConsumerState, qc: Mapping[str, Any],
                                     f"{p.invalid_drain}. It was removed; nothing was started."))
         out.conflict = None
         if p.spawn is not None:
-            view = await _create_job(ctx, qc, settings, p.spawn, depth)
+            view = await _create_job(ctx, obj.body, settings, p.spawn, depth)
             if isinstance(view, str):
                 out.conflict = view
             elif view is not None:

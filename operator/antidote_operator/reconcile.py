@@ -28,6 +28,7 @@ from antidote_api.wire import DRAIN_ANNOTATION
 from . import autoscaler, kube, ownership, reader_control
 from .builders import driver
 from .builders.common import LABEL_CONSUMER, RenderOptions
+from .consumer_object import ConsumerObject, consumer_object
 from .context import Context, brief
 from .observations import DeploymentView, Termination
 from .pod_problems import driver_pod_problem
@@ -37,10 +38,10 @@ from .status import PROBE_ANNOTATION, RESUME_ANNOTATION, Event, Inputs, decide, 
 log = logging.getLogger("antidote.operator")
 
 
-def object_ref(body: Mapping[str, Any]) -> dict[str, Any]:
-    meta = body["metadata"]
-    return {"apiVersion": body.get("apiVersion", API_VERSION), "kind": body.get("kind", "QueueConsumer"),
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]}}
+def object_ref(obj: ConsumerObject) -> dict[str, Any]:
+    """What an Event is about: the consumer (its uid: this one, not a later one of its name)."""
+    return {"apiVersion": obj.body.get("apiVersion", API_VERSION), "kind": obj.body.get("kind", "QueueConsumer"),
+            "metadata": {"name": obj.name, "namespace": obj.namespace, "uid": obj.uid}}
 
 
 async def post_event(ctx: Context, regarding: Mapping[str, Any], e: Event) -> None:
@@ -55,54 +56,54 @@ async def post_event(ctx: Context, regarding: Mapping[str, Any], e: Event) -> No
         log.warning("could not post Event %s about %s: %s", e.reason, regarding["metadata"]["name"], brief(err))
 
 
-def render_key(owner: Mapping[str, Any], settings: Any, opts: RenderOptions) -> str:
+def render_key(obj: ConsumerObject, settings: Any, opts: RenderOptions) -> str:
     """Everything the children are built from, replicas aside (scaling alone takes the
     one-patch path)."""
-    meta = owner["metadata"]
-    text = json.dumps([meta.get("uid"), meta.get("labels") or {}, repr(opts)], sort_keys=True)
+    text = json.dumps([obj.uid, dict(obj.labels), repr(opts)], sort_keys=True)
     return hashlib.sha256(text.encode() + settings.model_dump_json().encode()).hexdigest()
 
 
 async def sync_consumer(ctx: Context, namespace: str, name: str, *,
-                        body: Mapping[str, Any] | None = None, verify: bool = False) -> None:
+                        seen: ConsumerObject | None = None, verify: bool = False) -> None:
     st = ctx.registry.get(namespace, name)
     async with st.lock:
         for attempt in range(8):
             # First the freshest body at hand (the handler's, or the watch stream's): the
             # status write is conditional on its resourceVersion, so a stale one only costs
             # a retry with a GET.
-            seen = body if body is not None else st.body
-            qc = dict(seen) if seen is not None and attempt == 0 else await ctx.kube.get(
-                kube.QUEUE_CONSUMER, namespace, name)
-            if qc is None:
-                ctx.registry.forget(namespace, name)
-                return
-            meta = qc["metadata"]
-            if meta.get("deletionTimestamp"):
+            if attempt == 0 and seen is not None:
+                obj = seen
+            elif attempt == 0 and st.body is not None:
+                obj = consumer_object(st.body)
+            else:
+                got = await ctx.kube.get(kube.QUEUE_CONSUMER, namespace, name)
+                if got is None:
+                    ctx.registry.forget(namespace, name)
+                    return
+                obj = consumer_object(got)
+            if obj.deleting:
                 return  # the delete handler removes the children
-            if await _sync_once(ctx, st, qc, verify):
+            if await _sync_once(ctx, st, obj, verify):
                 ctx.metrics.reconciles.labels("QueueConsumer", "ok").inc()
                 return
             ctx.metrics.reconciles.labels("QueueConsumer", "conflict").inc()
         raise kopf.TemporaryError(f"{namespace}/{name} kept changing while being reconciled", delay=1)
 
 
-async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify: bool,
+async def _sync_once(ctx: Context, st: ConsumerState, obj: ConsumerObject, verify: bool,
                      again: bool = False) -> bool:
     """One observe-decide-act pass; False when the status write lost a race (re-read).
     A child found not to be the consumer's (or no longer) is an observation made while
     acting: the pass is done `again` with it, before anything is stored or posted."""
     # Long on purpose: the writes (children, replicas, annotations, status, Events) are in the
     # order that keeps a crash between two of them harmless; one function keeps that order visible.
-    meta = qc["metadata"]
-    ns, name = meta["namespace"], meta["name"]
-    spec = qc.get("spec") or {}
-    st.uid = meta.get("uid")
-    policy = await ctx.policy(ns, (spec.get("policyRef") or {}).get("name", ""))
+    ns, name = obj.namespace, obj.name
+    st.uid = obj.uid
+    policy = await ctx.policy(ns, obj.policy_name)
     # No conditions: no operator has reconciled this consumer yet, so its children are most
     # likely not there: create them without reading first (a 409 falls back to the read),
     # and there is no Ready to flap. Half the requests of a first reconcile.
-    fresh = not (qc.get("status") or {}).get("conditions")
+    fresh = not obj.status.get("conditions")
     listed = None
     if not fresh and st.rendered is None:
         # Reconciled before, but not by this process (a restart): its children as listed
@@ -116,15 +117,15 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         if dep is not None and ownership.owned_by(dep, st.uid):
             st.deployment = deployment_view(dep)
     d = decide(Inputs(
-        name=name, namespace=ns, generation=int(meta.get("generation", 1)), spec=spec,
-        annotations=meta.get("annotations") or {}, status=qc.get("status") or {}, policy=policy,
+        name=name, namespace=ns, generation=obj.generation, spec=obj.spec,
+        annotations=obj.annotations, status=obj.status, policy=policy,
         now=datetime.now(timezone.utc), deployment=st.deployment, sample=st.sample,
         termination=st.termination, poison=st.poison,
         poison_event_interval=ctx.options.poison_event_interval, conflict=st.conflict,
         pod_problem=ctx.pod_problems.of(ns, name), pods_listed=ctx.pod_problems.listed))
     conflict = st.conflict
     # spec.spark.autoscale: the executor count joins the settings, status and Events.
-    autoscaler.step(st, d, qc.get("status"), datetime.now(timezone.utc))
+    autoscaler.step(st, d, obj.status, datetime.now(timezone.utc))
 
     # Act on the Deployment first: scaling to 0 is what protects the queue.
     opts = ctx.options.render
@@ -133,10 +134,10 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     if d.settings is not None and d.replicas is not None:
         # Building the children is the costly part of a sync; the inputs' key says whether
         # they can differ from what this process last applied.
-        key = render_key(qc, d.settings, opts)
+        key = render_key(obj, d.settings, opts)
         if verify or key != st.rendered:
-            children = driver.build_children(qc, d.settings, replicas=d.replicas, opts=opts)
-            await _ensure_spark_auth_secret(ctx, qc)
+            children = driver.build_children(obj.body, d.settings, replicas=d.replicas, opts=opts)
+            await _ensure_spark_auth_secret(ctx, obj)
             child_conflict = await _apply_children(ctx, children, fresh=fresh, listed=listed)
             if child_conflict is None:
                 st.rendered, rendered = key, True
@@ -161,19 +162,19 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     st.desired_replicas = d.replicas
 
     # Reader Jobs: start what a trigger asks for; their results join this status write.
-    reader = await reader_control.step(ctx, st, qc, d.settings)
+    reader = await reader_control.step(ctx, st, obj, d.settings)
     st.child_conflict = child_conflict
     if reader.conflict is not False:
         st.reader_conflict = reader.conflict
     if st.conflict != conflict and not again:
-        return await _sync_once(ctx, st, qc, verify, again=True)
+        return await _sync_once(ctx, st, obj, verify, again=True)
     if reader.reader_jobs is not None:
         d.status["readerJobs"] = reader.reader_jobs
-    patch = status_patch(qc.get("status"), d.status)
+    patch = status_patch(obj.status, d.status)
     if patch:
         try:
             await ctx.kube.patch(kube.QUEUE_CONSUMER, ns, name,
-                                 {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch},
+                                 {"metadata": {"resourceVersion": obj.resource_version}, "status": patch},
                                  subresource="status")
         except kube.Conflict:
             return False
@@ -194,7 +195,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
         st.sample, st.termination = None, None
     # Events only after the status that records their transition is stored: a retry or a
     # restarted operator compares against it and does not post them again.
-    ref = object_ref(qc)
+    ref = object_ref(obj)
     for t in reader.transitions:
         await post_event(ctx, ref, t.event)
         reader_control.count(ctx, ns, name, t)
@@ -217,7 +218,7 @@ async def _sync_once(ctx: Context, st: ConsumerState, qc: dict[str, Any], verify
     if reader.consume_drain:
         annotations[DRAIN_ANNOTATION] = None
     if d.probe is not False:
-        annotations[PROBE_ANNOTATION] = d.probe  # type: ignore[assignment]
+        annotations[PROBE_ANNOTATION] = d.probe
     if annotations:
         await ctx.kube.patch(kube.QUEUE_CONSUMER, ns, name, {"metadata": {"annotations": annotations}})
     return True
@@ -249,13 +250,13 @@ def _observe_scale(ctx: Context, st: ConsumerState, replicas: int) -> None:
         st.disabled_seen_at = None
 
 
-async def _ensure_spark_auth_secret(ctx: Context, qc: Mapping[str, Any]) -> None:
+async def _ensure_spark_auth_secret(ctx: Context, obj: ConsumerObject) -> None:
     """The consumer's Spark RPC secret: created once with fresh random bytes, owned by the
     QueueConsumer, never read back nor rotated by the operator (it may not read Secrets).
     Deleting the Secret makes the next reconcile create a new one; the driver reads it at
     start, so roll the driver after that."""
-    secret = driver.build_spark_auth_secret(qc["metadata"]["name"], secrets.token_bytes(32))
-    kopf.adopt(secret, owner=dict(qc))  # type: ignore[arg-type]
+    secret = driver.build_spark_auth_secret(obj.name, secrets.token_bytes(32))
+    kopf.adopt(secret, owner=dict(obj.body))  # type: ignore[arg-type]  # Kopf's Body: see builders.driver
     if await kube.create_once(ctx.kube, secret) == "created":
         ctx.metrics.child_writes.labels("Secret", "created").inc()
         log.info("created Secret %s/%s", secret["metadata"]["namespace"], secret["metadata"]["name"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -86,7 +86,7 @@ class Decision:
     newly_disabled: bool = False
     resumed: bool = False
     consume_resume: bool = False  # remove the resume annotation
-    probe: str | None | bool = False  # False: leave the probe annotation; None: remove; str: set
+    probe: str | None | Literal[False] = False  # False: leave the probe annotation; None: remove; str: set
     poison: PoisonMemory = PoisonMemory()
     recheck_at: datetime | None = None  # when to decide again without new observations
 
@@ -133,7 +133,7 @@ class _Pass:
     resumed_at: datetime | None = None
     resumed: bool = False
     newly_disabled: bool = False
-    probe: str | None | bool = False
+    probe: str | None | Literal[False] = False
     recheck_at: datetime | None = None
 
     def put(self, type_: str, status: bool, reason: str, message: str = "") -> None:

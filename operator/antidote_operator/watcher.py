@@ -262,7 +262,7 @@ class Watcher:
     async def round(self) -> None:
         await self.ctx.peering.refresh()
         if self.opts.prometheus_url:
-            await self.query_prometheus()
+            await self.query_prometheus(self.opts.prometheus_url)
             return
         allows = self.ctx.peering.allows
         targets = [st for st in self.ctx.registry if self.running(st) and allows(st.namespace)]
@@ -309,9 +309,9 @@ class Watcher:
         st.sample = sample
         self.ctx.syncer.kick(st.namespace, st.name)
 
-    async def query_prometheus(self) -> None:
+    async def query_prometheus(self, url: str) -> None:
         assert self.session is not None
-        base = self.opts.prometheus_url.rstrip("/")  # type: ignore[union-attr]
+        base = url.rstrip("/")
         sel = promql_selector(self.opts.namespaces)
         disabled_q = promql_disabled(self.opts.namespaces)
 

@@ -1,7 +1,8 @@
 """The type checker over what pyproject.toml's [tool.mypy] names: the contracts
-(antidote_api, strict) and the data plane and handler API (antidote_consumer, antidote). A
-change that breaks a typed contract (a Literal, an enum, a field's type) fails here, in
-`make test`, before any integration test runs."""
+(antidote_api, strict), and under mypy's default rules the data plane and handler API
+(antidote_consumer, antidote), the operator, the CLI and the dev tools (the dev stack, the
+demo, the dev runner). A change that breaks a typed contract (a Literal, an enum, a field's
+type) fails here, in `make test`, before any integration test runs."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ class Cluster:
             if err.status == 404 and missing is not None:
                 raise CliError(missing) from None
             try:
-                why = json.loads(err.body).get("message", err.reason)
+                why = json.loads(err.body).get("message", err.reason) if err.body else err.reason
             except (TypeError, ValueError):
                 why = err.reason
             raise CliError(f"the API server at {self.host} answered {err.status}: {why}") from None

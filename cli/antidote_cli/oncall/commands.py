@@ -109,7 +109,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         body["spec"] = {"paused": False}
     k.patch_consumer(args.consumer, body)
     did = [f"annotated {RESUME_ANNOTATION}={stamp}"] + (["set spec.paused to false"] if paused else [])
-    why = f"disabled ({qd.get('reason')})" if disabled else ("paused" if paused else "not paused (--force)")
+    why = f"disabled ({qd.get('reason')})" if qd is not None and disabled else ("paused" if paused else "not paused (--force)")
     if not emit(args, {"consumer": args.consumer, "namespace": k.namespace, "was": why,
                        "annotation": {RESUME_ANNOTATION: stamp}, "unpaused": paused}):
         say(f'queueconsumer "{args.consumer}" was {why}: {" and ".join(did)}; the operator re-enables '
@@ -122,8 +122,8 @@ def drain_request(args: argparse.Namespace) -> Any:
     until = _since(args.until, "--until")
     rid = args.request_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
     return DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
-                        reasons=tuple(args.reason or ()), since=since and since.isoformat(),
-                        until=until and until.isoformat(), rate=args.rate, dry_run=args.dry_run,
+                        reasons=tuple(args.reason or ()), since=since.isoformat() if since else None,
+                        until=until.isoformat() if until else None, rate=args.rate, dry_run=args.dry_run,
                         source="dlq" if getattr(args, "source", None) == "dlq" else None)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 from antidote_api import headers as hn
 from antidote_api.times import format_ms
@@ -97,22 +98,28 @@ def read_topic(bootstrap: str, topic: str, group: str, *, limit: int, show_paylo
             msg = c.poll(10)
             if msg is None:
                 break  # read_committed: an open transaction holds the rest back
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            problem = msg.error()
+            if problem is not None:
+                if problem.code() == KafkaError._PARTITION_EOF:
                     todo.discard(msg.partition())
                     continue
-                raise CliError(f"reading {topic}: {msg.error()}")
+                raise CliError(f"reading {topic}: {problem}")
+            part, offset = msg.partition(), msg.offset()
+            if part is None or offset is None:  # a record has both; only an error event lacks them
+                raise CliError(f"reading {topic}: a record without its partition or offset")
             total += 1
-            done_upto = committed.get(msg.partition(), -1)
-            if only.matches(msg.headers() or (), msg.timestamp()[1]):
+            done_upto = committed.get(part, -1)
+            # As consumed, (name, value) pairs: the stub's type is also what a producer takes.
+            hdrs = cast("list[tuple[str, bytes | None]]", msg.headers() or [])
+            if only.matches(hdrs, msg.timestamp()[1]):
                 matched += 1
                 if len(out) < limit:
                     out.append(quarantined(
-                        msg.topic(), msg.partition(), msg.offset(), msg.headers() or (), msg.value(),
-                        handled=done_upto is not None and done_upto >= 0 and msg.offset() < done_upto,
+                        topic, part, offset, hdrs, msg.value(),
+                        handled=done_upto is not None and done_upto >= 0 and offset < done_upto,
                         show_payload=show_payload))
-            if msg.offset() + 1 >= ends[msg.partition()][1]:
-                todo.discard(msg.partition())
+            if offset + 1 >= ends[part][1]:
+                todo.discard(part)
         return out, matched, total
     finally:
         c.close()

@@ -411,6 +411,7 @@ def build_children(owner: Mapping[str, Any], settings: EffectiveSettings, *, rep
         build_deployment(settings, replicas=replicas, opts=opts, config_hash=settings_hash(cm["data"])),
     ]
     # Owner references let a real cluster's garbage collector remove the children; the
-    # operator also deletes them itself (the local stack runs no garbage collector).
+    # operator also deletes them itself (the local stack runs no garbage collector). Kopf
+    # types the owner as its Body (a view of an event's body); it only reads a mapping.
     kopf.adopt(children, owner=dict(owner))  # type: ignore[arg-type]
     return children

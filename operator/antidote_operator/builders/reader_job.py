@@ -114,4 +114,5 @@ def build_reader_job(settings: EffectiveSettings, opts: RenderOptions, *, trigge
 
 def adopt(owner: Mapping[str, Any], *objs: dict[str, Any]) -> None:
     """Owned by the QueueConsumer; its labels on the Job and the pod template."""
+    # Kopf types the owner as its Body (a view of an event's body); it only reads a mapping.
     kopf.adopt(list(objs), owner=dict(owner), nested="spec.template")  # type: ignore[arg-type]
