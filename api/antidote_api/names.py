@@ -25,6 +25,13 @@ def transactional_id(namespace: str, name: str, role: str = "") -> str:
     return "/".join(["antidote" + (f"-{role}" if role else ""), namespace or "-", name or "-"])
 
 
+def sink_transactional_id(ledger_writer: str, topic: str, partition: int) -> str:
+    """The writer of a consumer's exactly-once sink outputs read from one partition (of the
+    source or a retry topic): a newer attempt of that partition fences an older one. Under the
+    ledger writer's id (`transactional_id(namespace, name)`) as a prefix, which ACLs can grant."""
+    return f"{ledger_writer}/{topic}/{partition}"
+
+
 def reader_group_id(namespace: str, name: str) -> str:
     """The poison-queue reader's consumer group (its offsets show what it resolved)."""
     return transactional_id(namespace, name, "reader")

@@ -65,13 +65,14 @@ def metric(m, name: str, **labels) -> float:
 
 def settings(bootstrap: str, topic: str, tmp_path: Path, *, handler: str = "upper",
              policy: dict | None = None, sink: str | None = None, name: str = "c",
-             max_batch: int = 1000, spark_conf: dict[str, str] | None = None) -> EffectiveSettings:
+             max_batch: int = 1000, spark_conf: dict[str, str] | None = None,
+             delivery: str = "ExactlyOnce") -> EffectiveSettings:
     qc = QueueConsumerSpec.model_validate({
         "policyRef": {"name": "p"},
         "source": {"kafka": {"bootstrapServers": bootstrap, "topic": topic,
                              "maxMessagesPerBatch": max_batch}},
         "handler": f"tests.integration.handlers:{handler}",
-        **({"sink": {"kafka": {"topic": sink}}} if sink else {}),
+        **({"sink": {"kafka": {"topic": sink, "delivery": delivery}}} if sink else {}),
         **({"spark": {"conf": spark_conf}} if spark_conf else {}),
         "checkpoint": {"location": str(tmp_path / f"ckpt-{name}")},
     })

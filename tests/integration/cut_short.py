@@ -4,8 +4,10 @@ test_consumer_process.py and test_consumer_fencing.py assert equality, not bound
 
 A pass is one delivery of a message: its first (from the source), then one per retry
 cycle; each calls the handler (immediate + 1) times when it fails, once when it succeeds.
-A pass whose batch was committed is never run again; a pass cut short is run again from
-the start, so its calls before the cut are made twice and its attempts counted once."""
+A pass whose batch was committed is never run again, nor is a successful pass whose output
+an exactly-once sink committed (its partition's ledger entry covers it); a pass cut short is
+run again from the start, so its calls before the cut are made twice and its attempts
+counted once."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ class Committed:
     calls: Counter  # handler calls per "topic/partition/offset" so far (the cut run's included)
     positions: dict[int, int]  # source partition -> next offset without an outcome
     passes: dict[tuple[int, int], int]  # (partition, offset) -> passes committed
-    outputs: Counter  # sink values so far (the sink is not transactional: the cut batch's too)
+    outputs: Counter  # sink values so far, read_committed (at least once: the cut batch's too)
+    covered: set[tuple[int, int]]  # passes whose outputs an exactly-once sink committed, unsettled
 
     @classmethod
     def read(cls, bootstrap: str, s: EffectiveSettings, sink: str, calls_dir: Path,
@@ -52,8 +55,25 @@ class Committed:
                 passes[where] = cycle  # its record in retry-<cycle>: that many passes committed
         for where in cu.quarantined(bootstrap, s.topics.poison):
             passes[where] = len(s.topics.retry) + 1
+        # An exactly-once sink: a pass past the ledger's position whose output the executor
+        # committed (its entry covers it) is done too, and is not run again.
+        covered = set()
+        for where in source_offsets:
+            entry = state.sink.get(f"{s.source.topic}:{where[0]}")
+            if where not in passes and entry is not None and entry.covers(where[1]):
+                passes[where] = 1
+                covered.add(where)
+        for cycle, topic in enumerate(s.topics.retry, start=1):
+            for r in read_all(bootstrap, topic, missing_ok=True):
+                entry = state.sink.get(f"{topic}:{r.partition}")
+                if (entry is not None and r.offset >= state.positions.get(f"{topic}:{r.partition}", 0)
+                        and entry.covers(r.offset)):
+                    headers = {k: v.decode() for k, v in r.headers}
+                    where = (int(headers["antidote.original.partition"]), int(headers["antidote.original.offset"]))
+                    passes[where] = cycle + 1
+                    covered.add(where)
         return cls(cu.calls(calls_dir, s.source.topic), positions, passes,
-                   Counter(r.value for r in read_all(bootstrap, sink)))
+                   Counter(r.value for r in read_all(bootstrap, sink)), covered)
 
     def expected_calls(self, s: EffectiveSettings, where: tuple[int, int], poison: bool) -> int:
         """Handler calls on `where` once every pass has run: the policy's, plus the calls of
@@ -66,7 +86,8 @@ class Committed:
     def expected_outputs(self, values: dict[tuple[int, int], bytes]) -> Counter:
         """Sink values once every message is processed (`values`: each good message's output):
         each once, plus once more for each output the cut batch wrote before it was cut (a
-        message whose outcome was not committed, written again: at-least-once, that batch only)."""
+        message whose outcome was not committed, written again: at-least-once, that batch only;
+        with an exactly-once sink, read_committed, what was written is a committed pass)."""
         out = Counter(values.values())
         for where, v in values.items():
             if where not in self.passes:

@@ -181,3 +181,12 @@ def with_env(msg):
     _record(msg)
     got = [os.environ.get(name, "<unset>") for name in ("APP_SECRET", "CFG_region")]
     return b"|".join([msg.value or b"", *(g.encode() for g in got), socket.gethostname().encode()])
+
+
+def gated_flaky_upper(msg):
+    """`flaky_upper` at `slow_upper`'s pace, and held by a gate like `gated_slow_upper`: for a
+    kill while poison and flaky messages are in their retry cycles and a batch is held."""
+    if msg.value is not None and b"gate" in msg.value:
+        return gated_slow_upper(msg)
+    time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
+    return flaky_upper(msg)

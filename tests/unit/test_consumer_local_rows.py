@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from antidote_consumer.driver.batches import Runtime
-from antidote_consumer.driver.frames import Failure, results_of
+from antidote_consumer.driver.frames import Failure, batch_result, results_of
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.executor import (INPUT_FIELDS, RESULT_FIELDS, ResultRow, WorkerConfig,
                                                arrow_schema, process)
@@ -79,7 +78,7 @@ def test_the_local_form_gives_what_the_arrow_form_gives() -> None:
 def test_the_driver_keeps_the_local_rows_as_they_come() -> None:
     rows = [ResultRow._make(r) for cols in _run(CFG, records())
             for r in zip(*(cols[name] for name in RESULT_FIELDS))]
-    result = Runtime._collect(rows)
+    result = batch_result(rows)
     assert result.n_ok == 1 and len(result.failures) == 4
     assert all(type(f) is Failure for f in result.failures)
     assert {f.key: f.headers for f in result.failures}[b"k4"] == [("trace", None)]
@@ -120,7 +119,7 @@ def test_the_executors_arrow_results_give_the_local_form() -> None:
     assert clockless == [{k: v for k, v in r._asdict().items() if k not in CLOCK and k != "largest"}
                          for r in local]
     assert {r.key: r.headers for r in from_arrow if r.kind == "retry"} == {b"k1": [], b"k4": [("trace", None)]}
-    assert Runtime._collect(from_arrow).ends == {("src-retry-1", 0): 11, ("src-retry-2", 1): 13, ("src", 0): 14}
+    assert batch_result(from_arrow).ends == {("src-retry-1", 0): 11, ("src-retry-2", 1): 13, ("src", 0): 14}
 
 
 def test_arrow_results_of_a_sliced_batch_keep_each_rows_headers() -> None:

@@ -8,7 +8,8 @@ import json
 from antidote_consumer.driver.ledger import BATCH, LedgerState
 from antidote_consumer.driver.consumer import starting_offsets
 from antidote_consumer.driver.frames import BatchResult, HandlerMap, caught_up, floor_condition
-from antidote_consumer.worker.executor import WorkerConfig, _note_ends, _note_one_partition
+from antidote_consumer.worker.executor import WorkerConfig
+from antidote_consumer.worker.input_notes import note_ends as _note_ends, note_one_partition as _note_one_partition
 
 
 def test_a_consumer_the_ledger_knows_nothing_of_starts_as_its_policy_says() -> None:

@@ -22,7 +22,7 @@ from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
 
 from .disabled import QueueDisabled
-from .frames import (BatchResult, HandlerMap, attempts_before, batch_keys, collect_results, frame,
+from .frames import (BatchResult, HandlerMap, batch_result, attempts_before, batch_keys, collect_results, frame,
                      is_job_failure, running_tasks, segment_filter, skip_key, unaccounted, first_line,
                      write_path_outputs)
 from .isolation import bisect, last_offsets
@@ -33,6 +33,7 @@ from .metrics import Metrics
 from .outcomes import Targets
 from .settle import BATCH_FRAMING, DEFAULT_BATCH_BYTES, Settler
 from .settle_refused import RefusedCommit
+from .sink_state import SinkState
 from .systemic import SystemicRule
 
 log = logging.getLogger("antidote.consumer")
@@ -64,6 +65,7 @@ class Runtime:
         self.local: LocalWorker | None = None if path_sink else LocalWorker()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        self.sink = SinkState()  # an exactly-once Kafka sink's entries (sink_state)
         # The earliest due time of the retry records this process wrote, and who to tell:
         # the retry pump sleeps until then instead of polling the retry topics.
         self.scheduled_due: int | None = None
@@ -148,14 +150,17 @@ class Runtime:
         # The liveness: a job past its bound stops the heartbeat (driver/liveness.py).
         try:
             with self.metrics.running("a batch's Spark job", self.bounds.job()):
-                return self._collect(self._run_job(df))
+                result = batch_result(self._run_job(df))
         except Exception as err:
+            self.sink.failed()
             if is_job_failure(err):
                 self._await_quiet_executors()
             raise
+        self.sink.ran(result, self.ledger.state)
+        return result
 
     def _run_job(self, df) -> list:
-        mapped = self.handler_map(frame(df), self.cfg)
+        mapped = self.handler_map(frame(df), self.sink.current(self.cfg, self.ledger.state))
         sink = self.s.sink
         if sink is not None and sink.path is not None:
             mapped = mapped.persist()
@@ -185,27 +190,6 @@ class Runtime:
         except Exception as err:  # noqa: BLE001 - best effort: a dead JVM fails the next job anyway
             log.info("could not read the executors' running tasks: %s", first_line(err))
 
-    @staticmethod
-    def _collect(rows) -> BatchResult:
-        result = BatchResult()
-        for r in rows:
-            if r.kind == "summary":
-                result.n_ok += r.n_ok
-                result.n_attempts += r.n_attempts
-                result.largest = max(result.largest, r.largest or 0)
-            elif r.kind == "end":
-                where = (r.topic, r.partition)
-                result.ends[where] = max(r.offset, result.ends.get(where, -1))
-            elif r.kind == "chains":
-                result.chains[r.partition] = r.error_message
-            elif r.kind == "waiting":
-                result.wait_at((r.topic, r.partition), r.offset, r.last_failure)
-            else:
-                # A ResultRow (namedtuple), from the executors (collect_results) and the local
-                # worker alike: the settle reads ~30 fields of every failed row by name.
-                result.failures.append(r)
-        return result
-
     # --- one batch, end to end -------------------------------------------------------------
     def run_ahead(self, local_rows: list) -> tuple[bool, BatchResult | None]:
         """A small retry batch's handler calls in the local worker, before `handle` takes the
@@ -224,12 +208,14 @@ class Runtime:
 
     def _run_local(self, cfg: WorkerConfig, rows: list) -> BatchResult | None:
         """A retry batch in the local worker; None when it failed there (a dead worker, a sink
-        error): Spark decides then."""
+        error): Spark decides then. With an exactly-once sink its outputs come back and are
+        written with the settle."""
         assert self.local is not None
+        cfg = self.sink.current(cfg, self.ledger.state, emit=True)
         bound = self.bounds.local(len(rows))
         try:
             with self.metrics.running(f"a retry batch of {len(rows)} in the local worker", bound):
-                return self._collect(self.local.run(cfg, rows, timeout=bound))
+                return batch_result(self.local.run(cfg, rows, timeout=bound))
         except Exception as err:  # noqa: BLE001 - see the docstring
             if self.stopping.is_set():
                 raise  # killed by the stop: the batch runs again after the restart
@@ -263,6 +249,10 @@ class Runtime:
             if due_by != self.cfg.due_by:
                 self.cfg = dataclasses.replace(self.cfg, due_by=due_by)
             started = time.monotonic()
+            # Rows the driver read (a retry batch the local worker could not run): Spark splits
+            # their DataFrame across tasks arbitrarily, so an exactly-once sink's outputs come
+            # back and are written with the settle, as the local worker's are (sink_state).
+            emitting, self.sink.emit = self.sink.emit, self.sink.emit or local_rows is not None
             try:
                 isolated: list
                 if ran is not None:
@@ -286,6 +276,7 @@ class Runtime:
                 self._disable(err)
                 raise
             finally:
+                self.sink.emit = emitting
                 self.metrics.batch_seconds.labels(**self.metrics.ids).observe(time.monotonic() - started)
 
     def record_source_start(self, ends: dict[int, int]) -> None:
@@ -387,11 +378,16 @@ class Runtime:
                 return None
 
         budget = 4 * max(1, math.ceil(math.log2(max(len(keys), 2)))) + 8
+        # An exactly-once sink: a segment's partitions are not whole, so their outputs come
+        # back and are written with the settle, by position (sink_state).
+        emitting, self.sink.emit = self.sink.emit, True
         try:
             iso = bisect(keys, run, budget)
         except RuntimeError as budget_err:
             raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES, f"{budget_err}; last error: "
                                 f"{first_line(err)}") from err
+        finally:
+            self.sink.emit = emitting
         self.metrics.isolation_runs.labels(**self.metrics.ids).inc(iso.executions + stale)
         merged = functools.reduce(BatchResult.merge, iso.results, BatchResult())
         merged.ends, merged.waiting = ends, waiting

@@ -4,6 +4,7 @@ what an isolated record says, the offsets a batch left unaccounted, Spark's runn
 from __future__ import annotations
 
 import functools
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.executor import (INPUT_COLUMNS, RESULT_FIELDS, RESULT_SCHEMA, ResultRow,
                                                WorkerConfig, process)
 
-# A failed row of RESULT_SCHEMA as the driver keeps it (see Runtime._collect).
+# A failed row of RESULT_SCHEMA as the driver keeps it (see batch_result).
 Failure = ResultRow
 
 
@@ -274,6 +275,10 @@ class BatchResult:
     # executors found not due yet; the partition's position stops there.
     waiting: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     largest: int = 0  # bytes of the largest record the executors read (spark.ArrowRows)
+    # An exactly-once sink: outputs that came back to be written with the settle (the local
+    # worker's, a bisection's), as (key, value, headers); and the entries the tasks committed.
+    outputs: list[tuple] = field(default_factory=list)
+    sink: dict[str, dict] = field(default_factory=dict)  # "topic:partition" -> entry (JSON)
 
     def wait_at(self, where: tuple[str, int], offset: int, due: int) -> None:
         if where not in self.waiting or offset < self.waiting[where][0]:
@@ -285,7 +290,34 @@ class BatchResult:
             ends[where] = max(last, ends.get(where, -1))
         out = BatchResult(self.failures + other.failures, self.n_ok + other.n_ok,
                           self.n_attempts + other.n_attempts, ends, {**self.chains, **other.chains},
-                          dict(self.waiting), max(self.largest, other.largest))
+                          dict(self.waiting), max(self.largest, other.largest),
+                          self.outputs + other.outputs, {**self.sink, **other.sink})
         for where, (offset, due) in other.waiting.items():
             out.wait_at(where, offset, due)
         return out
+
+
+def batch_result(rows) -> BatchResult:
+    """A run's result rows (executors' or the local worker's) gathered into its BatchResult."""
+    result = BatchResult()
+    for r in rows:
+        if r.kind == "summary":
+            result.n_ok += r.n_ok
+            result.n_attempts += r.n_attempts
+            result.largest = max(result.largest, r.largest or 0)
+        elif r.kind == "end":
+            where = (r.topic, r.partition)
+            result.ends[where] = max(r.offset, result.ends.get(where, -1))
+        elif r.kind == "chains":
+            result.chains[r.partition] = r.error_message
+        elif r.kind == "waiting":
+            result.wait_at((r.topic, r.partition), r.offset, r.last_failure)
+        elif r.kind == "sink":
+            result.sink[f"{r.topic}:{r.partition}"] = json.loads(r.error_message)
+        elif r.kind == "ok":  # an output to write with the settle (exactly-once, emitted)
+            result.outputs.append((r.key, r.output, [(k, v) for k, v in (r.headers or ())]))
+        else:
+            # A ResultRow (namedtuple), from the executors (collect_results) and the local
+            # worker alike: the settle reads ~30 fields of every failed row by name.
+            result.failures.append(r)
+    return result

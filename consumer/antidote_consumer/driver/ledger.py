@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from antidote_consumer.kafka.retry import retrying
+from antidote_consumer.kafka.sink_entries import SinkEntry, parse_key
 from antidote_consumer.kafka.transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
 
 from .held_parts import HeldReader, held_entries
@@ -68,6 +69,9 @@ class LedgerState:
     # The Spark checkpoint's source offsets belong to a source topic that was recreated and
     # rebased (`antidote rebase`): the next start removes it and starts from `positions`.
     stale_checkpoint: bool = False
+    # An exactly-once sink's entries ("topic:partition" -> what its committed outputs cover),
+    # written by the executors (worker.sink_txn), never by the driver: not in entries().
+    sink: dict[str, SinkEntry] = field(default_factory=dict)
 
     def entries(self) -> dict[str, dict]:
         return {
@@ -105,6 +109,8 @@ class LedgerState:
         elif key == TOPICS:
             self.topic_ids = dict(value.get("ids") or {})
             self.stale_checkpoint = bool(value.get("staleCheckpoint"))
+        elif (where := parse_key(key)) is not None:
+            self.sink[where] = SinkEntry.from_json(value)
 
 
 def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -> LedgerState:

@@ -95,6 +95,9 @@ def settlement(t: Targets, before: LedgerState, result: BatchResult, isolated: l
     state.attempts += result.n_attempts  # every handler call of the batch, failed ones too
     out.bound = retry_after_bound(s.retries)
     bound = retry_bound_ms(s)
+    if result.outputs:  # an exactly-once sink's outputs that came back (driver.sink_state)
+        assert s.sink is not None and s.sink.kafka is not None
+        out.records += [(s.sink.kafka.topic, None, key, value, headers) for key, value, headers in result.outputs]
     for r in result.failures:
         # (key, value) pairs: pyspark's Row of a header is a tuple in that order too.
         user = [(k, v) for k, v in (r.headers or ())]

@@ -4,17 +4,20 @@ workers get."""
 
 from __future__ import annotations
 
-from antidote_api.names import ledger_names
+from antidote_api.names import ledger_names, transactional_id
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.executor import WorkerConfig
+from antidote_consumer.worker.sink_txn import ExactlyOnce
 
 
 def worker_config(s: EffectiveSettings) -> WorkerConfig:
-    sink_kafka = None
+    sink_kafka = exactly_once = None
     if s.sink is not None and s.sink.kafka is not None:
         sink_kafka = {"bootstrap.servers": s.sink.kafka.bootstrap_servers, "topic": s.sink.kafka.topic,
                       "secret_dir": kafka_auth.sink_secret_dir(s)}  # read there by the executors
+        if s.sink.kafka.delivery == "ExactlyOnce":
+            exactly_once = ExactlyOnce(ledger_names(s).topic, transactional_id(s.namespace, s.consumer))
     return WorkerConfig(
         handler=s.handler, source_topic=s.source.topic, immediate=s.retries.immediate,
         cycles=s.retries.cycles, non_retryable=frozenset(s.retries.non_retryable),
@@ -22,4 +25,5 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         sink_kafka=sink_kafka, emit_outputs=s.sink is not None and s.sink.path is not None,
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
         max_held=s.max_held_per_key if s.ordering == "Key" else 0,
-        delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id)
+        delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id,
+        exactly_once=exactly_once)

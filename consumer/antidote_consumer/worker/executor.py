@@ -8,6 +8,7 @@ which the ledger records as accounted for). Successful outputs never travel to t
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from . import collector, sink
 from .attempts import Plan, Reason, plan_of, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
+from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
+from .sink_txn import ExactlyOnce, PartitionSink
 from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
@@ -116,6 +119,10 @@ class WorkerConfig:
     # (driver.retry_plan) gives its time: a record due later stops its partition, unattempted.
     owner: str | None = None
     due_by: int | None = None
+    # An exactly-once Kafka sink (sink_txn): the outputs go through each partition's
+    # transactions, or, with emit_outputs, back to the driver (which writes them with its
+    # settle); either way a replay passes over what the ledger's entries say is written.
+    exactly_once: ExactlyOnce | None = None
 
 
 _cache: dict[Any, Any] = {}
@@ -123,7 +130,7 @@ _cache: dict[Any, Any] = {}
 
 def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     # dicts: not hashable; chains and due_by change with every batch
-    key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None)))
+    key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None, exactly_once=None)))
     if key not in _cache:
         _cache[key] = (plan_of(cfg), load_handler(cfg.handler))
     return _cache[key]
@@ -146,9 +153,16 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     wd = watchdog(cfg.attempt_timeout)
     timed = wd.timed(handler)  # for the attempts after the first, made by run_pass
     clock = time.monotonic
-    sink_topic, producer = sink.producer_for(cfg.sink_kafka)
+    eos = cfg.exactly_once
+    sink_topic, producer = sink.producer_for(None if eos is not None or cfg.emit_outputs else cfg.sink_kafka)
     if producer is not None:
         sink.begin()
+    # Exactly-once: each partition's PartitionSink (the current one in `part`); `writes`: their
+    # outputs go through its transactions (else back to the driver, emit_outputs).
+    sinks: dict[tuple[str, int], PartitionSink] = {}
+    part: PartitionSink | None = None
+    writes = eos is not None and not cfg.emit_outputs and cfg.sink_kafka is not None
+    retried = eos is not None and _retried_task()
 
     n_ok = n_attempts = largest = 0
     ends: dict[tuple[str, int], int] = {}
@@ -186,8 +200,9 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
             # batch, their antidote.* headers the largest part: adding them up was 6% of that
             # process's time at 1% poison (profiled), for a figure no one read.
             largest = max(largest, largest_record(batch))
-        if not _note_one_partition(topics, parts, offsets, ends):
-            _note_ends(topics, parts, offsets, ends)
+        one_partition = note_one_partition(topics, parts, offsets, ends)
+        if not one_partition:
+            note_ends(topics, parts, offsets, ends)
         cap = max(cap, len(keys))
         now = int(time.time() * 1000)
         for key, value, topic, partition, offset, ts, raw in zip(
@@ -198,6 +213,17 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 continue  # behind a record not due yet: a later batch reads it
             if skip and (topic, partition, offset) in skip:
                 continue  # already in the poison topic, and counted, by `antidote skip`
+            if eos is not None:
+                if part is None or partition != part.partition or topic != part.topic:
+                    part = sinks.get((topic, partition))
+                    if part is None:
+                        part = sinks[(topic, partition)] = PartitionSink.open(
+                            eos, cfg.sink_kafka or {}, topic, partition, retried)
+                if part.carried is not None and part.covers(offset):
+                    n_ok += 1  # its output is committed: a replay does not run it again
+                    continue
+                if writes and part.buffer and part.due():
+                    part.commit(offset)
             user = (raw if pairs else [(x["key"], x["value"]) for x in raw]) if raw else ()
             if topic == source:
                 cycle, before, first = 0, 0, None
@@ -215,6 +241,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     due = h.due_of(user)
                     if due > due_by:
                         waiting[(topic, partition)] = (offset, due)
+                        if part is not None:
+                            part.stop = offset
                         continue
                 try:
                     state = h.retry_state(user)
@@ -227,6 +255,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                           h.Origin(topic, partition, offset, ts), topic, partition, offset,
                           0, 0, Reason.VALIDATION.value, "antidote.ValidationError", str(err),
                           None, now, now, None)
+                    if part is not None:
+                        part.pend(offset)
                     if len(out) >= cap:
                         yield sent(out)
                     continue
@@ -249,6 +279,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                           topic, partition, offset, before, decided.cycle,
                           HELD_OVERFLOW if overflow else None, None, None, None,
                           first if first is not None else now, decided.due, None)
+                    if part is not None:
+                        part.pend(offset)
                     if len(out) >= cap:
                         yield sent(out)
                     continue
@@ -279,8 +311,12 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
             else:
                 n_attempts += result.attempts
                 if result.verdict is not ok:
+                    if part is not None:
+                        part.pend(offset)
                     if fault_stops and result.verdict is Verdict.FINAL:
                         faulted.add((topic, partition))
+                        if part is not None:
+                            part.stop = offset + 1  # it (pending) and nothing after it
                     if order is not None:
                         order.after(msg.partition, key, msg.offset, now=now,
                                     retry_cycle=cycle + 1 if result.verdict is Verdict.RETRY else None)
@@ -298,7 +334,10 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 order.after(msg.partition, key, msg.offset, retry_cycle=None, now=now)
             if output is None:
                 continue
-            if producer is not None:
+            if writes:
+                assert part is not None
+                part.add(offset, key, output, user or None)
+            elif producer is not None:
                 try:
                     if user:
                         producer.produce(sink_topic, output, key, headers=user)
@@ -315,6 +354,13 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     yield sent(out)
     if producer is not None:
         sink.delivered(producer, sink_topic)
+    for where, p in sinks.items():
+        if writes and where in ends:
+            p.commit(ends[where] + 1)  # the rest of its outputs, and its entry
+        if p.carried is not None:  # what the ledger holds now, told to the driver ("sink" row)
+            _emit(out, "sink", None, None, (), h.Origin(where[0], where[1], p.carried.next, 0),
+                  where[0], where[1], p.carried.next, 0, 0, None, None,
+                  json.dumps(p.carried.to_json()), None, None, None, None)
     chains = order.results() if order is not None else []
     n = 1 + len(ends) + len(chains) + len(waiting)
     summary: dict[str, list[Any]] = {name: [None] * n for name in RESULT_FIELDS}
@@ -337,55 +383,16 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     yield last if as_columns else pa.RecordBatch.from_pydict(last, schema=_arrow_schema())
 
 
-def largest_record(batch) -> int:
-    """Bytes of the largest record of an Arrow batch of INPUT_COLUMNS, or a little more: the
-    largest key, value and headers of its rows added up (they may be different rows'). A few
-    Arrow calls a batch, none per row."""
-    import numpy as np
-    import pyarrow.compute as pc
+def _retried_task() -> bool:
+    """Whether this task is Spark's retry of one that failed (which may have committed part of
+    its partition's outputs before it died): it reads its entry from the ledger."""
+    try:
+        from pyspark import TaskContext
 
-    n = 0
-    for name in ("key", "value"):
-        most = pc.max(pc.binary_length(batch.column(name))).as_py()
-        n += most or 0
-    lists = batch.column("headers")
-    ends = lists.offsets.to_numpy(zero_copy_only=False)  # rows + 1 of them, even for none
-    if ends[-1] > ends[0]:
-        every = lists.values  # all rows' headers (unsliced: `ends` index into it)
-        size = np.zeros(len(every) + 1, dtype=np.int64)
-        for name in ("key", "value"):
-            size[1:] += pc.fill_null(pc.binary_length(every.field(name)), 0).to_numpy(zero_copy_only=False)
-        total = np.cumsum(size)  # total[i]: the first i headers' bytes
-        n += int((total[ends[1:]] - total[ends[:-1]]).max())
-    return n
-
-
-def _note_one_partition(topics: list, parts: list, offsets: list, ends: dict[tuple[str, int], int]) -> bool:
-    """Fold the last offset of a batch's rows into `ends` when they are all of one (topic,
-    partition), and say whether they were. A Kafka source task reads one partition, so that
-    is nearly every batch, and the rows are at hand as lists already: two counts and a max
-    in C. (An Arrow group-by per batch was a fifth of a worker's time, profiled with Arrow
-    batches of 256 rows, and each group-by has a fixed cost.)"""
-    n = len(topics)
-    if n == 0:
-        return True
-    topic, partition = topics[0], parts[0]
-    if topics.count(topic) != n or parts.count(partition) != n:
+        ctx = TaskContext.get()
+    except ImportError:  # the local worker: no Spark
         return False
-    last = max(offsets)
-    if last > ends.get((topic, partition), -1):
-        ends[(topic, partition)] = last
-    return True
-
-
-def _note_ends(topics: list, parts: list, offsets: list, ends: dict[tuple[str, int], int]) -> None:
-    """The last offset of each (topic, partition) of rows that mix partitions (a retry batch
-    read by the local worker), folded into `ends`: a loop over ~1,000 rows costs less than
-    Arrow's group-by, whose fixed cost (and first import) was most of it."""
-    for where in zip(topics, parts, offsets):
-        key = where[:2]
-        if where[2] > ends.get(key, -1):
-            ends[key] = where[2]
+    return ctx is not None and ctx.attemptNumber() > 0  # (no shuffle: no stage is retried)
 
 
 def _columns(out: list[tuple]) -> dict[str, list]:

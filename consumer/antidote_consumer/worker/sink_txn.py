@@ -1,0 +1,253 @@
+"""An exactly-once Kafka sink in the executors' Python workers (docs/consumer.md, "Exactly-once
+to a Kafka sink"): a task's outputs from one partition, kept in memory while the handler runs
+and written in chunks, each in one Kafka transaction with the ledger entry that says which of
+the partition's offsets the committed outputs cover (kafka.sink_entries).
+
+A transaction lasts as long as writing one chunk: the handler never runs inside one, so no
+attempt or batch is sized against the transaction timeout. One transactional producer per
+partition id (antidote_api.names.sink_transactional_id), kept by the process across tasks; its
+init_transactions fences every earlier attempt of the partition, wherever it runs."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from antidote_api.names import sink_transactional_id
+from antidote_consumer.kafka import auth as kafka_auth
+from antidote_consumer.kafka.sink_entries import SinkEntry, entry_key, read_entry
+
+# A chunk is written before the next message once this much waits, or its first output has
+# waited this long: the memory a task holds, and how late its outputs become visible.
+CHUNK_BYTES = 8 * 1024 * 1024
+CHUNK_AGE_S = 10.0
+# A chunk's transaction: writing it and committing. Far above what a chunk takes; the broker's
+# transaction.max.timeout.ms (15 minutes by default) allows it.
+TRANSACTION_TIMEOUT_MS = 60_000
+COMMIT_TIMEOUT_S = 60.0
+
+_producers: dict[str, Any] = {}  # transactional id -> producer, kept by the process
+
+
+@dataclass(frozen=True)
+class ExactlyOnce:
+    """What a task needs for an exactly-once sink (part of WorkerConfig)."""
+
+    ledger_topic: str
+    ledger_writer: str  # the ledger writer's transactional id: the partitions' ids' prefix
+    # "topic:partition" -> (the ledger's position, the entry's next, its pending offsets), for
+    # the partitions whose entry is ahead of their position (after a crash).
+    entries: tuple[tuple[str, int, int, tuple[int, ...]], ...] = ()
+    # The partitions whose entries the driver knows to be current: fenced and read by a task
+    # of this driver since its start and since the last failed job. A task of any other
+    # partition (an attempt that died may have committed an entry the driver has not seen)
+    # reads its entry from the ledger once its own producer has fenced the others.
+    fresh: frozenset[str] = frozenset()
+
+    def entry(self, where: str) -> tuple[int, SinkEntry] | None:
+        for key, position, nxt, pending in self.entries:
+            if key == where:
+                return position, SinkEntry(nxt, frozenset(pending))
+        return None
+
+
+def client_conf(sink_kafka: dict) -> dict:
+    conf = {k: v for k, v in sink_kafka.items() if k not in ("topic", "secret_dir")}
+    return {**kafka_auth.from_dir(sink_kafka.get("secret_dir")), **conf}
+
+
+def producer(conf: dict, transactional_id: str):
+    """The process's producer of `transactional_id`, initialized once (which fences the
+    partition's earlier attempts). The broker answers CONCURRENT_TRANSACTIONS while it still
+    ends a fenced producer's transaction: retried until COMMIT_TIMEOUT_S."""
+    p = _producers.get(transactional_id)
+    if p is None:
+        from confluent_kafka import KafkaError, KafkaException, Producer
+
+        p = Producer({**conf, "transactional.id": transactional_id,
+                      "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                      "linger.ms": 20, "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024,
+                      "queue.buffering.max.messages": 1_000_000})
+        deadline = time.monotonic() + COMMIT_TIMEOUT_S
+        while True:
+            try:
+                p.init_transactions(max(1.0, deadline - time.monotonic()))
+                break
+            except KafkaException as err:
+                # A transaction of a fenced or failed producer the coordinator still ends.
+                busy = err.args[0].retriable() or err.args[0].code() == KafkaError.CONCURRENT_TRANSACTIONS
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        _producers[transactional_id] = p
+    return p
+
+
+def _fenced(err) -> bool:
+    """A producer another has taken the partition's id from (or one no longer usable)."""
+    from confluent_kafka import KafkaError
+
+    return err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                         KafkaError.INVALID_PRODUCER_EPOCH)
+
+
+def forget(transactional_id: str) -> None:
+    """A producer that failed (fenced by a newer attempt elsewhere, or broken) is made again
+    the next time this process serves the partition."""
+    _producers.pop(transactional_id, None)
+
+
+@dataclass
+class PartitionSink:
+    """One partition's outputs in one task, and what their ledger entry says."""
+
+    topic: str  # where the records were read (the source, or a retry topic)
+    partition: int
+    sink_topic: str
+    eos: ExactlyOnce
+    conf: dict
+    position: int = 0  # the ledger's position at the batch's start (below it: settled)
+    carried: SinkEntry | None = None  # the entry a crashed run left, ahead of the position
+    pending: set[int] = field(default_factory=set)
+    upto: int = -1  # the next offset this task has not done with
+    stop: int | None = None  # the partition stops here (a record not due yet; a Fault)
+    buffer: list[tuple] = field(default_factory=list)
+    size: int = 0
+    start: int = -1  # the first offset the buffered chunk covers (the last commit's end)
+    first: float = 0.0  # when the oldest buffered output was made (monotonic)
+    _id: str = ""
+    _open: Any = None
+
+    @classmethod
+    def open(cls, eos: ExactlyOnce, sink_kafka: dict, topic: str, partition: int,
+             retried_task: bool) -> PartitionSink:
+        where = f"{topic}:{partition}"
+        part = cls(topic, partition, sink_kafka.get("topic", ""), eos,
+                   client_conf(sink_kafka) if sink_kafka else {})
+        part._id = sink_transactional_id(eos.ledger_writer, topic, partition)
+        known = eos.entry(where)
+        if known is not None:
+            part.position, part.carried = known
+        if (where not in eos.fresh or retried_task) and part.conf:
+            # Fence first, then read: an attempt that died after it committed is seen, and
+            # one still running can commit nothing more.
+            part._producer()
+            found = read_entry(part.conf, eos.ledger_topic, entry_key(topic, partition))
+            if found is not None and (part.carried is None or found.next >= part.carried.next):
+                part.carried = found
+        if part.carried is not None:
+            part.pending = {o for o in part.carried.pending if o >= part.position}
+        return part
+
+    def _producer(self):
+        if self._open is None:
+            try:
+                self._open = producer(self.conf, self._id)
+            except Exception:
+                forget(self._id)
+                raise
+        return self._open
+
+    def covers(self, offset: int) -> bool:
+        """A replay passes over `offset`: its output is committed, or it needs none."""
+        carried = self.carried
+        return carried is not None and offset < carried.next and offset not in self.pending
+
+    def add(self, offset: int, key: bytes | None, value: bytes, headers) -> None:
+        if self.start < 0:
+            self.start = offset
+        if not self.buffer:
+            self.first = time.monotonic()
+        self.buffer.append((key, value, headers))
+        self.size += len(value) + (len(key) if key else 0)
+        self.pending.discard(offset)  # a pending message that succeeded this time
+
+    def pend(self, offset: int) -> None:
+        if self.start < 0:
+            self.start = offset
+        self.pending.add(offset)
+
+    def due(self) -> bool:
+        return bool(self.buffer) and (self.size >= CHUNK_BYTES or time.monotonic() - self.first >= CHUNK_AGE_S)
+
+    def entry(self, upto: int) -> SinkEntry:
+        """The entry of a commit once every offset below `upto` is done with."""
+        nxt = upto if self.stop is None else min(upto, self.stop)
+        pending = {o for o in self.pending if o < nxt}
+        if self.carried is not None and self.carried.next > nxt:
+            # A replay that ends before the crashed run did: what it has not reached stays.
+            pending |= {o for o in self.carried.pending if o >= nxt}
+            nxt = self.carried.next
+        return SinkEntry(nxt, frozenset(pending))
+
+    def commit(self, upto: int) -> SinkEntry | None:
+        """Writes the buffered outputs and the entry for every offset below `upto` in one
+        transaction; raises (failing the task: the batch is replayed) when it is refused or
+        not done within COMMIT_TIMEOUT_S. Nothing buffered: nothing to protect, no commit.
+
+        A producer fenced since this process initialized it (Spark ran the partition's last
+        task in another Python worker, which took the id over) is made again, fencing that
+        one, and the chunk is committed only if the partition's entry, read after that, covers
+        none of it: else another attempt of these offsets committed them, and this one stops."""
+        from confluent_kafka import KafkaException
+
+        if not self.buffer:
+            return None
+        try:
+            entry = self._write(self.entry(upto))
+        except KafkaException as err:
+            if not _fenced(err.args[0]):
+                raise self._refused(err) from err
+            forget(self._id)
+            self._open = None
+            self._producer()
+            found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition))
+            if found is not None and found.next > self.start:
+                raise RuntimeError(f"{self.topic}/{self.partition}: another attempt committed offsets "
+                                   f"from {self.start} on (its entry ends at {found.next}): this one "
+                                   "stops") from err
+            if found is not None and (self.carried is None or found.next >= self.carried.next):
+                self.carried = found
+            try:
+                entry = self._write(self.entry(upto))
+            except KafkaException as again:
+                raise self._refused(again) from again
+        self.buffer.clear()
+        self.size = 0
+        self.start = upto
+        self.carried = entry if self.carried is None or entry.next >= self.carried.next else self.carried
+        return entry
+
+    def _write(self, entry: SinkEntry) -> SinkEntry:
+        p = self._producer()
+        p.begin_transaction()
+        for key, value, headers in self.buffer:
+            while True:
+                try:
+                    if headers:
+                        p.produce(self.sink_topic, value, key, headers=headers)
+                    else:
+                        p.produce(self.sink_topic, value, key)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        p.produce(self.eos.ledger_topic, json.dumps(entry.to_json()).encode(),
+                  entry_key(self.topic, self.partition).encode())
+        p.commit_transaction(COMMIT_TIMEOUT_S)
+        return entry
+
+    def _refused(self, err) -> Exception:
+        """The chunk was not committed (a record refused, a timeout): its transaction is
+        aborted, keeping the producer when it can be; the task fails and the batch is replayed."""
+        try:
+            if err.args[0].txn_requires_abort() and self._open is not None:
+                self._open.abort_transaction(COMMIT_TIMEOUT_S)
+            else:
+                raise RuntimeError("not abortable")
+        except Exception:  # noqa: BLE001 - a producer that cannot abort is made again
+            forget(self._id)
+            self._open = None
+        return RuntimeError(f"sink topic {self.sink_topic}: {len(self.buffer)} outputs not committed: "
+                            f"{err.args[0]}")

@@ -1,0 +1,79 @@
+"""An exactly-once Kafka sink under the worst kill (docs/consumer.md, "Exactly-once to a Kafka
+sink"): `antidote consumer` as a process, SIGKILLed while one partition's task of a batch has
+committed its outputs and the other's is held mid-way, with poison and flaky messages in
+their retry cycles; then its checkpoint is lost, and a new run finishes. A read_committed
+reader of the sink sees every processed message's output exactly once, the poison ones are
+quarantined once, and the ledger's counts are exact."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+from antidote_api.names import ledger_topic
+from antidote_consumer.driver.ledger import load_state
+
+from antidote_testkit import consumers as cu
+from antidote_testkit.consumers import start
+from antidote_testkit.kafka_io import produce, read_all
+from .cut_short import abort_open_transaction
+from .test_consumer_process import exited, kill9, wait_until
+
+POLICY = {"retries": {"immediate": 0, "cycles": 2, "cycleDelay": "2s"}}
+
+
+def value(i: int, gate: int) -> bytes:
+    if i % 40 == 7:
+        return b"poison %d" % i
+    if i % 25 == 3:
+        return b"m%d flaky-1" % i  # fails its first delivery, succeeds in retry cycle 1
+    return b"m%d gate" % i if i == gate else b"m%d" % i
+
+
+def test_sigkill_between_the_tasks_commits_and_the_drivers_then_a_lost_checkpoint_writes_each_output_once(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    n, gate = 240, 150
+    produce(kafka_bootstrap, source, [(b"k%d" % i, value(i, gate), None) for i in range(n)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=POLICY, name="eos")
+    args = cu.write_manifests(tmp_path, name="eos", namespace="tests", bootstrap=kafka_bootstrap, source=source,
+                              handler="tests.integration.handlers:gated_flaky_upper", policy=POLICY,
+                              sink=sink, max_batch=40)
+    log = tmp_path / "consumer.log"
+    src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
+    (at,) = [where for where, r in src.items() if b"gate" in r.value]
+    held = calls_dir / f"{source}.gate"
+    held.touch()
+    ledger = ledger_topic(source, s.namespace, s.consumer)
+
+    proc = start(stack, calls_dir, log, args, ANTIDOTE_TEST_DELAY="0.01")
+
+    def between_commits() -> bool:
+        # The held batch has begun, earlier failures wait in retry-1, and an executor has
+        # committed outputs (its ledger entry ahead of the position) that the driver has not.
+        if not cu.calls(calls_dir, source)[f"{source}/{at[0]}/{at[1]}"]:
+            return False
+        if not read_all(kafka_bootstrap, s.topics.retry[0], missing_ok=True):
+            return False
+        state = load_state(kafka_bootstrap, ledger)
+        return any(e.next > state.positions.get(k, 0) for k, e in state.sink.items() if k.startswith(f"{source}:"))
+    wait_until(between_commits, 180, proc, log, "a task's commit ahead of the driver's, retries waiting")
+    kill9(proc)
+    held.unlink()
+    abort_open_transaction(kafka_bootstrap, s)
+    committed_before = Counter(r.value for r in read_all(kafka_bootstrap, sink))
+    assert committed_before and max(committed_before.values()) == 1
+    shutil.rmtree(tmp_path / "ckpt")  # the checkpoint is lost: the ledger alone says where to start
+
+    proc = start(stack, calls_dir, log, [*args, "--until-idle"])
+    assert exited(proc, 300) == 0, log.read_text()[-3000:]
+
+    poison = {w for w, r in src.items() if r.value.startswith(b"poison")}
+    assert set(cu.quarantined(kafka_bootstrap, s.topics.poison)) == poison  # fails on a duplicate
+    outputs = Counter(r.value for r in read_all(kafka_bootstrap, sink))
+    expected = Counter(r.value.upper() for w, r in src.items() if w not in poison)
+    assert outputs == expected, {v: c for v, c in outputs.items() if c != 1}
+    state = load_state(kafka_bootstrap, ledger)
+    flaky = sum(1 for r in src.values() if b"flaky-1" in r.value)
+    assert state.counts == {"processed": n - len(poison), "retried": flaky + 2 * len(poison),
+                            "moved": len(poison), "rejected": 0, "dropped": 0}
