@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -45,15 +45,14 @@ _REGISTRY_FORMATS_CEL = "[" + ", ".join(f"'{f}'" for f in REGISTRY_FORMATS) + "]
 
 
 def _registry_rule(field: str) -> Rule:
+    attr = re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), field)  # the model's name of it
+
+    def check(s: Any) -> bool:
+        return not needs_registry(getattr(s, attr)) or s.schema_registry is not None
+
     return Rule(f"!has(self.{field}) || !(self.{field} in {_REGISTRY_FORMATS_CEL}) || has(self.schemaRegistry)",
                 f"{', '.join(REGISTRY_FORMATS)} need spec.source.kafka.schemaRegistry (where "
-                f"their schemas are)",
-                lambda s, f=field: not needs_registry(getattr(s, _snake(f))) or s.schema_registry is not None,
-                field=field)
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
+                f"their schemas are)", check, field=field)
 
 
 class KafkaSource(ApiModel):
