@@ -115,7 +115,9 @@ def test_json_schema_decodes_to_a_dict_that_matches_its_schema() -> None:
 
 @pytest.mark.parametrize("fmt, data, says", [
     ("Avro", framed(99, b"x"), "value (schema id 99): unknown schema id 99"),
-    ("Avro", avro({"id": "o-1", "qty": 3})[:-1], "value (schema id 1): Avro body does not decode"),
+    ("Avro", avro({"id": "o-1", "qty": 3})[:-1],
+     "value (schema id 1): Avro body does not decode: EOFError: the body ends before the record does"),
+    ("Avro", avro({"id": "o-truncated", "qty": 3})[:-4], "Avro body does not decode: EOFError: Expected 11 bytes, read 8"),
     ("Avro", avro({"id": "o-1", "qty": 3}) + b"\x02", "1 bytes left after the record"),
     ("Avro", framed(2, b"\0"), "value (schema id 2): schema id 2 is a PROTOBUF schema, not Avro"),
     ("Protobuf", framed(2, b"\x02\x0a"), "message index [5] names no message of the schema"),

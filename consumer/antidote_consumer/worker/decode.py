@@ -174,9 +174,11 @@ def decode_registered(fmt: str, data: bytes, registry: Registry, what: str) -> A
     except DeserializationError:
         raise
     except Exception as err:  # noqa: BLE001 - any failure of the decoder is the record's
-        text = str(err) or type(err).__name__
-        raise DeserializationError(what, f"{fmt} body does not decode: {type(err).__name__}: {text}",
-                                   schema_id) from None
+        text = str(err)
+        if isinstance(err, EOFError) and not text:
+            text = "the body ends before the record does"
+        cause = f"{type(err).__name__}: {text}" if text else type(err).__name__
+        raise DeserializationError(what, f"{fmt} body does not decode: {cause}", schema_id) from None
 
 
 def _decode_avro(schema: Schema, body: bytes) -> Any:
