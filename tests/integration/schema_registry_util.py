@@ -5,6 +5,7 @@ schemas through the Confluent-compatible API."""
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +46,8 @@ def own_registry(stack: devstack.Stack, name: str | None = None) -> Iterator[tup
         yield url, sup
     finally:
         registry.stop(sup)
+        if name is None:  # a one-off's pid files and log: nothing reuses them
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def subject(prefix: str) -> str:
