@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -12,6 +12,7 @@ from . import autoscale as autoscaling, spark_conf
 from .autoscale import Autoscale, ExecutorScale
 from .base import ApiModel, Rule
 from .conditions import Conditions
+from .formats import REGISTRY_FORMATS, PayloadFormat, needs_registry
 from .handler_env import ConfigMapVolumeSource, EnvFromSource, EnvVar, SecretVolumeSource
 from .placement import Annotations, Placement, annotations_rule
 from .wire import OPERATOR_MOUNT_ROOTS
@@ -21,6 +22,37 @@ from .types import (API_VERSION, ApiVersionField, Bootstrap, Disposition, Handle
 
 class LocalObjectReference(ApiModel):
     name: ObjectName = Field(description="Name of the object, in the consumer's namespace.")
+
+
+class SchemaRegistry(ApiModel):
+    url: str = Field(
+        min_length=1, max_length=1024, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="Root of the registry's Confluent-compatible REST API (`https://` for TLS, "
+                    "verified against the system's CAs), e.g. `https://registry:8081` or "
+                    "Apicurio's `http://apicurio:8080/apis/ccompat/v6`.")
+    secret_ref: LocalObjectReference | None = Field(
+        None,
+        description="Secret with the registry's credentials: `username` and `password` (HTTP "
+                    "basic auth) or `token` (a bearer token). Default: none.")
+
+
+_FORMAT = ("How the source's {what} are decoded before the handler sees them: `Bytes` (the "
+           "default: as they are), `Json`, or in the Confluent wire format with their schema "
+           "from `schemaRegistry`: `Avro`, `Protobuf`, `JsonSchema`. A {one} that cannot be "
+           "decoded is invalid: reason `validation`, error class `antidote.DeserializationError`, "
+           "no handler call (docs/consumer.md).")
+_REGISTRY_FORMATS_CEL = "[" + ", ".join(f"'{f}'" for f in REGISTRY_FORMATS) + "]"
+
+
+def _registry_rule(field: str) -> Rule:
+    attr = re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), field)  # the model's name of it
+
+    def check(s: Any) -> bool:
+        return not needs_registry(getattr(s, attr)) or s.schema_registry is not None
+
+    return Rule(f"!has(self.{field}) || !(self.{field} in {_REGISTRY_FORMATS_CEL}) || has(self.schemaRegistry)",
+                f"{', '.join(REGISTRY_FORMATS)} need spec.source.kafka.schemaRegistry (where "
+                f"their schemas are)", check, field=field)
 
 
 class KafkaSource(ApiModel):
@@ -39,6 +71,15 @@ class KafkaSource(ApiModel):
         None,
         description="Secret whose keys are Kafka client properties (`security.protocol`, "
                     "`sasl.mechanism`, `sasl.jaas.config`, ...), for credentials.")
+    # None when unset (= Bytes), so the settings of consumers that do not set them stay what
+    # they were (the operator's settings hash).
+    value_format: PayloadFormat | None = Field(None, description=_FORMAT.format(what="values", one="value"))
+    key_format: PayloadFormat | None = Field(None, description=_FORMAT.format(what="keys", one="key"))
+    schema_registry: SchemaRegistry | None = Field(
+        None, description="The Schema Registry that the `Avro`, `Protobuf` and `JsonSchema` "
+                          "formats take their schemas from, by the id each record carries.")
+
+    rules = (_registry_rule("valueFormat"), _registry_rule("keyFormat"))
 
 
 class Source(ApiModel):

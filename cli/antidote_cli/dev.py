@@ -14,6 +14,16 @@ from pathlib import Path
 # carry the CLI without the dev tooling (dev/), so `antidote dev` there says it is missing.
 
 
+# `--with schema-registry` runs a service rather than building a binary: the one `--with` value
+# that is not a Go binary (antidote_devstack.schema_registry.NAME, spelled here so that the
+# parser needs no dev tooling).
+SCHEMA_REGISTRY = "schema-registry"
+
+
+def _binaries(extra: list[str]) -> tuple[str, ...]:
+    return tuple(x for x in extra if x != SCHEMA_REGISTRY)
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     # --dir is accepted before or after the action (`dev --dir X up` and `dev up --dir X`).
     where = argparse.ArgumentParser(add_help=False)
@@ -28,8 +38,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     up = add("up", "build what is missing, then start the stack")
     up.add_argument("--with", dest="extra", action="append", default=[],
-                    choices=["kube-controller-manager", "kube-scheduler"],
-                    help="also build this optional component")
+                    choices=["kube-controller-manager", "kube-scheduler", SCHEMA_REGISTRY],
+                    help="also build this optional component; schema-registry: also run a Schema "
+                         "Registry (Apicurio, built by Maven, Confluent-compatible API) that `dev "
+                         "env` names as SCHEMA_REGISTRY_URL; added to a running stack without a "
+                         "restart (docs/consumer.md)")
     up.add_argument("--node", action="store_true",
                     help="also run a one-node cluster (containerd, kubelet, kube-proxy, CoreDNS) "
                          "that runs pods; needs root (docs/node.md)")
@@ -47,7 +60,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add("status", "is the stack running?").set_defaults(run=_guarded(_status))
     b = add("build", "build and cache binaries and jars, start nothing")
     b.add_argument("--with", dest="extra", action="append", default=[],
-                   choices=["kube-controller-manager", "kube-scheduler"])
+                   choices=["kube-controller-manager", "kube-scheduler", SCHEMA_REGISTRY])
     b.add_argument("--node", action="store_true",
                    help="also build the node's binaries and images (and install its Debian packages)")
     b.add_argument("--images", action="store_true",
@@ -100,8 +113,9 @@ def _guarded(action: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 def _up(args: argparse.Namespace) -> int:
     from antidote_devstack import build, stack
 
-    s = stack.up(_dir(args), build.DEFAULT_BINARIES + tuple(args.extra), node=args.node,
-                 prometheus=args.prometheus, s3=args.s3)
+    s = stack.up(_dir(args), build.DEFAULT_BINARIES + _binaries(args.extra), node=args.node,
+                 prometheus=args.prometheus, s3=args.s3,
+                 schema_registry=SCHEMA_REGISTRY in args.extra)
     print(f"# stack running in {s.dir}; load it with: eval \"$(antidote dev env)\"")
     return 0
 
@@ -141,8 +155,9 @@ def _status(args: argparse.Namespace) -> int:
         node = f", node {s.node} {'Ready' if ready else 'NotReady'}"
     prom = f", Prometheus {s.prometheus_url}" if s.prometheus_url else ""
     s3 = f", S3 {s.s3_endpoint} (bucket {s.s3.bucket})" if s.s3 else ""
+    sr = f", Schema Registry {s.schema_registry_url}" if s.schema_registry_url else ""
     print(f"running: API server {s.server} ({s.kube_version}), Kafka {s.kafka_bootstrap}{node}"
-          f"{prom}{s3}, dir {s.dir}")
+          f"{prom}{s3}{sr}, dir {s.dir}")
     return 0
 
 
@@ -152,8 +167,12 @@ def _build(args: argparse.Namespace) -> int:
 
     if args.images and not (args.node or args.kind):
         raise StackError("build images", "--images needs --node (its Debian packages and base image)")
-    build.build_all(build.DEFAULT_BINARIES + tuple(args.extra), node=args.node or args.kind,
+    build.build_all(build.DEFAULT_BINARIES + _binaries(args.extra), node=args.node or args.kind,
                     project=args.images or args.kind, s3=args.s3)
+    if SCHEMA_REGISTRY in args.extra:
+        from antidote_devstack import schema_registry
+
+        schema_registry.build()
     if args.kind:
         from antidote_devstack import kind_env
 

@@ -44,7 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 # The `consumer` extra (pyproject.toml): what only `antidote consumer`, `reader` and the
 # demo's dev runner import. The operator's image and a CLI-only install leave it out.
-CONSUMER_EXTRA = frozenset({"pyspark", "py4j", "pyarrow", "pandas", "numpy"})
+# The decoders of valueFormat/keyFormat (worker/decode.py, imported when first used) by
+# distribution and by module name where they differ (protobuf's module is google.protobuf,
+# whose `google` namespace other packages share: not listed).
+CONSUMER_EXTRA = frozenset({"pyspark", "py4j", "pyarrow", "pandas", "numpy",
+                            "fastavro", "protobuf", "grpcio-tools", "grpc_tools"})
 # The dev tooling (dev/: the local stack, the demo, the dev runner): in a checkout and in the
 # antidote package, never in the images (docker/*.Dockerfile copy the folders they run).
 DEV_TOOLING = frozenset({"antidote_devstack", "antidote_demo", "antidote_devrunner", "antidote_testkit"})

@@ -12,6 +12,7 @@ from pathlib import Path
 from antidote_api.wire import SPARK_JARS_ENV
 
 from . import build, controlplane, kafka, node as nodes, prometheus as prom, s3 as s3server
+from . import schema_registry as registry
 from .certs import ensure_pki
 from .errors import StackError
 from .paths import default_stack_dir, venv_bin
@@ -48,6 +49,8 @@ class Stack:
     # local Spark adds to spark_jars for `s3a://` (the consumer image has them in jars/).
     s3_endpoint: str = ""
     s3_jars: list[str] = field(default_factory=list)
+    # `dev up --with schema-registry`: the Confluent-compatible API's root URL (on `host`).
+    schema_registry_url: str = ""
 
     @property
     def server(self) -> str:
@@ -57,7 +60,8 @@ class Stack:
     def processes(self) -> tuple[str, ...]:
         return (PROCESSES + (nodes.PROCESSES if self.node else ())
                 + ((prom.NAME,) if self.prometheus_url else ())
-                + ((s3server.NAME,) if self.s3_endpoint else ()))
+                + ((s3server.NAME,) if self.s3_endpoint else ())
+                + ((registry.NAME,) if self.schema_registry_url else ()))
 
     @property
     def s3(self) -> s3server.S3Server | None:
@@ -75,6 +79,8 @@ class Stack:
         }
         if self.s3:
             env.update(self.s3.env())
+        if self.schema_registry_url:
+            env["SCHEMA_REGISTRY_URL"] = self.schema_registry_url
         if self.prometheus_url:
             env["PROMETHEUS_URL"] = self.prometheus_url
             # `antidote operator --dev-runner` writes its scrape targets here (file_sd).
@@ -119,10 +125,12 @@ def _link_tools(bin_dir: Path, artefacts: dict[str, Path]) -> None:
 
 
 def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_BINARIES,
-       node: bool = False, prometheus: bool = False, s3: bool = False) -> Stack:
+       node: bool = False, prometheus: bool = False, s3: bool = False,
+       schema_registry: bool = False) -> Stack:
     """Start the stack; `node` adds a one-node cluster that runs pods (node.py),
     `prometheus` a Prometheus that scrapes the operator and the consumers (prometheus.py),
-    `s3` an S3-compatible server (s3.py)."""
+    `s3` an S3-compatible server (s3.py), `schema_registry` a Schema Registry
+    (schema_registry.py)."""
     # Long on purpose: the stack's start-up order (certs, etcd, API server, Kafka, node,
     # Prometheus), each step waiting on the one before, read top to bottom.
     state_dir = (state_dir or default_stack_dir()).resolve()
@@ -136,6 +144,8 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
             existing = add_s3(state_dir)
         if prometheus and not existing.prometheus_url:
             existing = add_prometheus(state_dir)
+        if schema_registry and not existing.schema_registry_url:
+            existing = add_schema_registry(state_dir)
         say(f"stack running in {state_dir}")
         return existing
     if existing:
@@ -205,13 +215,16 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
             stack = add_s3(state_dir)
         if prometheus:
             stack = add_prometheus(state_dir)
+        if schema_registry:
+            stack = add_schema_registry(state_dir)
     except BaseException:
         _stop(state_dir)
         raise
     say(f"stack up in {time.monotonic() - started:.1f}s: API server {stack.server}, "
         f"Kafka {bootstrap}" + (f", node {node_name} Ready" if node_name else "")
         + (f", Prometheus {stack.prometheus_url}" if stack.prometheus_url else "")
-        + (f", S3 {stack.s3_endpoint}" if stack.s3_endpoint else ""))
+        + (f", S3 {stack.s3_endpoint}" if stack.s3_endpoint else "")
+        + (f", Schema Registry {stack.schema_registry_url}" if stack.schema_registry_url else ""))
     return stack
 
 
@@ -228,6 +241,21 @@ def add_s3(state_dir: Path) -> Stack:
     server = s3server.start(Supervisor(state_dir), state_dir, artefacts["weed"], stack.host)
     stack.s3_endpoint = server.endpoint
     stack.s3_jars = sorted(str(p) for p in artefacts["s3-jars"].glob("*.jar"))
+    _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
+    return stack
+
+
+def add_schema_registry(state_dir: Path) -> Stack:
+    """Start the Schema Registry beside the running stack in `state_dir` (a no-op when it
+    runs), building it first when the cache has none (cold: about a minute)."""
+    stack = running(state_dir)
+    if stack is None:
+        raise StackError("start the schema registry", f"no running stack in {state_dir}")
+    if stack.schema_registry_url:
+        return stack
+    app = registry.build()
+    say(f"starting the schema registry (Apicurio {registry.VERSION}) on {stack.host}")
+    stack.schema_registry_url = registry.start(Supervisor(state_dir), app, stack.host)
     _state_file(state_dir).write_text(json.dumps(asdict(stack), indent=2))
     return stack
 

@@ -22,7 +22,7 @@ from kubernetes import client, config
 from antidote_devstack import stack as devstack
 from antidote_devstack.paths import cache_dir
 
-from . import jvm_archive, s3_util
+from . import jvm_archive, s3_util, schema_registry_util
 
 
 @pytest.fixture(scope="session")
@@ -156,6 +156,15 @@ def s3(stack: devstack.Stack) -> Iterator[s3_util.S3]:
     folder's sibling in the cache) and stops it after, leaving the shared stack as it was."""
     with s3_util.server_for(stack) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def schema_registry(stack: devstack.Stack) -> Iterator[str]:
+    """The Confluent-compatible API's URL of the local Schema Registry, started once per session
+    by the first test that asks for it (cold, building it takes about a minute): the stack's
+    own when it was started `--with schema-registry`, else as the `s3` fixture does."""
+    with schema_registry_util.registry_for(stack) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,20 @@ from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.sink_txn import ExactlyOnce
+from antidote_consumer.worker.registry import secret_dir_of
+
+
+def formats(s: EffectiveSettings) -> dict | None:
+    """WorkerConfig.formats: what the workers decode, and the registry they ask (its Secret
+    read from where it is mounted, as the sink's: no credential travels with a task)."""
+    src = s.source
+    if src.value_format in (None, "Bytes") and src.key_format in (None, "Bytes"):
+        return None
+    reg = src.schema_registry
+    registry = None if reg is None else {
+        "url": reg.url,
+        "secret_dir": secret_dir_of(reg.secret_ref.name if reg.secret_ref is not None else None)}
+    return {"value": src.value_format, "key": src.key_format, "registry": registry}
 
 
 def worker_config(s: EffectiveSettings) -> WorkerConfig:
@@ -26,4 +40,4 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
         max_held=s.max_held_per_key if s.ordering == "Key" else 0,
         delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id,
-        exactly_once=exactly_once)
+        exactly_once=exactly_once, formats=formats(s))

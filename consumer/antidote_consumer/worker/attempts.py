@@ -16,6 +16,7 @@ from antidote import NonRetryable, Retry
 from antidote_api.wire import PoisonReason
 from antidote_consumer.kafka.headers import MAX_STACK, truncate_stack
 
+from .decode import DeserializationError
 from .chosen import CHOSE_NON_RETRYABLE, CHOSE_RETRY, bad_after, no_cycle_left
 from .deadline import AttemptTimeout
 from .describe import class_name, error_text, valid_text
@@ -124,6 +125,9 @@ def _decides(message: Message, plan: Plan, cycle: int, calls: int,
     cycle now, skipping this cycle's attempts left (the disposition when no cycle is left). A
     Retry whose `after` is not a delay decides nothing: it is an ordinary failure (see
     _failed, whose message then names the message and the value), so nothing is lost."""
+    if type(err) is DeserializationError:  # the key or value does not decode: invalid, no call made
+        return Outcome(Verdict.FINAL, calls - 1, reason=Reason.VALIDATION,
+                       error_class=DeserializationError.error_class, error_message=str(err))
     if issubclass(type(err), NonRetryable):  # not isinstance: that asks err.__class__
         out = _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
         out.chosen = CHOSE_NON_RETRYABLE

@@ -18,6 +18,7 @@ from antidote_consumer.kafka import headers as h
 
 from . import collector, sink
 from .attempts import Plan, Reason, plan_of, run_pass
+from .decode import decoding, message_decoder
 from .deadline import AttemptTimeout, watchdog
 from .handler import encode_output, load_handler
 from .input_notes import largest_record, note_ends, note_one_partition
@@ -123,6 +124,9 @@ class WorkerConfig:
     # transactions, or, with emit_outputs, back to the driver (which writes them with its
     # settle); either way a replay passes over what the ledger's entries say is written.
     exactly_once: ExactlyOnce | None = None
+    # spec.source.kafka.valueFormat / keyFormat and the registry ({"value", "key", "registry":
+    # {"url", "secret_dir"}}), decoded before each attempt (decode.py); None: bytes as they are.
+    formats: dict | None = None
 
 
 _cache: dict[Any, Any] = {}
@@ -132,7 +136,8 @@ def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     # dicts: not hashable; chains and due_by change with every batch
     key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None, exactly_once=None)))
     if key not in _cache:
-        _cache[key] = (plan_of(cfg), load_handler(cfg.handler))
+        handler, decode = load_handler(cfg.handler), message_decoder(cfg.formats)
+        _cache[key] = (plan_of(cfg), decoding(handler, decode) if decode is not None else handler)
     return _cache[key]
 
 

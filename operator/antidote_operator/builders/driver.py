@@ -69,8 +69,11 @@ def quantity_mib(mib: int) -> str:
 
 
 def secret_names(settings: EffectiveSettings) -> list[str]:
-    """Secrets the consumer reads Kafka client properties from (by reference, never copied)."""
+    """Secrets the consumer reads Kafka client properties (and the Schema Registry's
+    credentials) from, by reference, never copied."""
     refs = [settings.source.secret_ref]
+    if settings.source.schema_registry is not None:
+        refs.append(settings.source.schema_registry.secret_ref)
     if settings.sink is not None and settings.sink.kafka is not None:
         refs.append(settings.sink.kafka.secret_ref)
     return sorted({r.name for r in refs if r is not None})

@@ -122,6 +122,7 @@ _NEW_TOP = ("volumes", "env", "envFrom")
 _NEW_SPARK = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName")
 _NEW_SIDE = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "serviceAccountAnnotations")
 _NEW_VOLUME = ("claimName", "secret", "configMap")
+_NEW_SOURCE = ("valueFormat", "keyFormat", "schemaRegistry")
 
 
 def without_unset_new(doc: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +132,7 @@ def without_unset_new(doc: dict[str, Any]) -> dict[str, Any]:
             if k in d and d[k] is None:
                 del d[k]
     drop(doc, _NEW_TOP)
+    drop(doc.get("source") or {}, _NEW_SOURCE)
     spark = doc.get("spark") or {}
     drop(spark, _NEW_SPARK)
     for side in ("driver", "executor"):
