@@ -274,7 +274,8 @@ class Demo(ClusterReads):
                              env={**os.environ, "KUBECONFIG": self.st.kubeconfig})
         say.report("Report", [
             f"reports produced            {result.produced}",
-            f"  processed (approved)      {c.get('processed', 0)}   in topic {self.sink}: {result.processed}",
+            f"  processed (approved)      {c.get('processed', 0)}   in topic {self.sink}: {result.processed}"
+            " (read_committed: exactly-once)",
             f"  moved to {poison_topic:<16} {c.get('moved', 0)}   in the topic: {result.quarantined}",
             f"  rejected / dropped        {c.get('rejected', 0)} / {c.get('dropped', 0)}",
             f"  retry cycles scheduled    {c.get('retried', 0)}",

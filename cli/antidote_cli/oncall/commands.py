@@ -65,13 +65,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
                                       props=props, only=only)
     held = read_held(s, bootstrap, props) if s.ordering == "Key" else None
+    sink = s.sink.kafka if s.sink is not None else None
     if emit(args, {"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
+                   "sink": {"topic": sink.topic, "delivery": sink.delivery} if sink is not None else None,
                    "status": qc.get("status") or {}, "total": total, "matched": matched,
                    "shown": len(rows), "messages": [asdict(r) for r in rows],
                    "held": held_json(held) if held is not None else None}, indent=2):
         return 0
     # Wrapped, not cut: the conditions say why the consumer stopped.
     say(header_line(qc))
+    if sink is not None:
+        say(f"sink {sink.topic}: " + ("exactly-once: read it with isolation.level=read_committed"
+                                      if sink.delivery == "ExactlyOnce" else "at-least-once"))
     say(f"{topic}: {total} record(s), {matched} match, showing {len(rows)}; ORIGIN is "
         f"partition/offset in {s.source.topic}")
     if rows:
