@@ -156,11 +156,11 @@ def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir
 
 
 def settings(bootstrap: str, source: str, sink: str, batch: int, workdir: Path, policy: dict,
-             handler: str = "enrich"):
+             handler: str = "enrich", delivery: str = "ExactlyOnce"):
     qc = QueueConsumerSpec.model_validate({
         "policyRef": {"name": "bench"},
         "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source, "maxMessagesPerBatch": batch}},
-        "handler": f"benchmarks.handlers:{handler}", "sink": {"kafka": {"topic": sink}},
+        "handler": f"benchmarks.handlers:{handler}", "sink": {"kafka": {"topic": sink, "delivery": delivery}},
         "checkpoint": {"location": str(workdir / f"antidote-{uuid.uuid4().hex}")}})
     return resolve(qc, PoisonPolicySpec.model_validate(policy), name=f"bench{uuid.uuid4().hex[:6]}",
                    namespace="bench")

@@ -37,7 +37,9 @@ takes 10,000 once it has seen the records (docs/consumer.md, Performance); name 
 "a", "b 0%" and "b 1%". Nor "a fs ckpt": plain Spark writing its checkpoint through the
 FileSystem API, as an Antidote consumer does on a local directory (docs/consumer.md,
 Performance), where (a) keeps Spark's default as a user's pipeline would; name it beside
-"a" and "b 0%".
+"a" and "b 0%". Nor "b 0% alo" and "b 1% alo": the same with the Kafka sink at-least-once
+(`delivery: AtLeastOnce`), against which "b 0%" and "b 1%" (exactly-once, the default) price
+the sink's transactions; name them beside those.
 
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
@@ -92,12 +94,16 @@ PIPELINES = {
     # checkpoint (antidote_consumer.spark.checkpoint_files): b(0%) against plain Spark with
     # the same setting, where (a) keeps Spark's default, as a user's pipeline would.
     "a fs ckpt": "(a) plain Spark, FileSystem ckpt",
+    # The Kafka sink at-least-once (spec.sink.kafka.delivery AtLeastOnce): against "b 0%" and
+    # "b 1%" (exactly-once, the default) they price the sink's transactions.
+    "b 0% alo": "(b) Antidote, 0%, at-least-once sink",
+    "b 1% alo": "(b) Antidote, 1%, at-least-once sink",
 }
 ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
 # Pipelines not in the default run: the attribution ones, the Arrow batches' bound, and plain
 # Spark with the checkpoint setting an Antidote consumer makes.
-DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt"]
+DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt", "b 0% alo", "b 1% alo"]
 SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000  # the largest record for 10,000-row batches
 # The topic of a pipeline whose topic is not its name's share of poison ("small": the same
 # messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
@@ -490,7 +496,8 @@ def main() -> int:
                     named = k.replace(" ", "-").replace("%", "pct")  # one sink per pipeline and round
                     sink = make_topic(admin, f"{src}-{named}-{r}", args.partitions)
                     run = run_antidote(spark, settings(bootstrap, src, sink, args.batch, workdir,
-                                                       ATTRIBUTION.get(k, POLICY)),
+                                                       ATTRIBUTION.get(k, POLICY),
+                                                       delivery="AtLeastOnce" if k.endswith(" alo") else "ExactlyOnce"),
                                        args.warmup_batches, bad)
                 else:
                     run = run_loop(bootstrap, admin, src, per_partition, args.partitions,
