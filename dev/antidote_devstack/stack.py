@@ -199,7 +199,26 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
             node_name = nodes.start(sup, state_dir, artefacts, pki, api_port, host, kubeconfig,
                                     str(venv_bin() / "kubectl")).name
         bootstrap = f"{host}:{kafka_port}"
-        sup.wait_for("kafka", "start kafka", lambda: kafka.ready(bootstrap), 120)
+        for attempt in range(1, 4):
+            try:
+                sup.wait_for("kafka", "start kafka", lambda: kafka.ready(bootstrap), 120)
+                break
+            except StackError:
+                if attempt == 3 or "Address already in use" not in sup.tail("kafka", 200):
+                    raise
+            # A port was taken between free_port and the broker's bind, seconds later (a
+            # stack starting beside this one: seen in CI, a worker's whole session lost).
+            kafka_port, ctl_port, sasl_port = free_port(), free_port(), free_port()
+            say(f"a port of the broker was taken meanwhile: starting it again on {host}:{kafka_port}")
+            sup.stop("kafka")
+            shutil.rmtree(state_dir / "kafka", ignore_errors=True)
+            props, java = kafka.prepare(state_dir, artefacts["kafka-jars"], kafka_port, ctl_port,
+                                        sasl_port, host)
+            if kafka.format_storage(java, props, sup.log("kafka-format")).wait(timeout=120) != 0:
+                raise StackError("format kafka storage", "StorageTool failed; see "
+                                 f"{sup.log('kafka-format')}:\n{sup.tail('kafka-format')}")
+            kafka.start(sup, java, props)
+            bootstrap = f"{host}:{kafka_port}"
     except BaseException:
         _stop(state_dir)
         raise
