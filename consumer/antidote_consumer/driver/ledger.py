@@ -136,6 +136,8 @@ def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -
                     raise RuntimeError(f"ledger {topic}: {err}")
                 if key is not None and value is not None:
                     state.apply(key.decode(), json.loads(value))
+                elif key is not None and (where := parse_key(key.decode())) is not None:
+                    state.sink.pop(where, None)  # a tombstone: `antidote rebase` of a recreated topic
         return state
     finally:
         consumer.close()

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from antidote_api.names import ledger_names
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka.one_line import ledger_edit
+from antidote_consumer.kafka.sink_entries import entry_key
 
 from .ledger import Ledger, load_state
 from .recreated import Recreated, current_ends, find_recreated, topic_ids
@@ -78,7 +79,14 @@ def _rebase(s: EffectiveSettings, topic: str, bootstrap: str, conf: dict, dry_ru
             if out.source:
                 new.source_start = {}
                 new.stale_checkpoint = True
-            ledger.commit(new, keys=("positions", "batch", "topics"))
+            # An exactly-once sink's entries say which of the OLD topic's offsets have their
+            # outputs written: kept, they would pass over the new topic's first offsets.
+            gone = sorted({int(k.rpartition(":")[2]) for k in state.sink if k.rpartition(":")[0] == topic}
+                          | set(starts))
+            for p in gone:
+                new.sink.pop(f"{topic}:{p}", None)
+            ledger.commit(new, [(names.topic, None, entry_key(topic, p).encode(), None, []) for p in gone],
+                          keys=("positions", "batch", "topics"))
         finally:
             ledger.close()
         return out
