@@ -28,7 +28,8 @@ from typing import Any
 
 from antidote_api.formats import REGISTRY_FORMATS, SERIALIZATION_ERROR
 
-from .decode import MAGIC, SCHEMA_TYPES, _avro, _json_schema, _proto_file, _proto_class
+from .decode import (MAGIC, SCHEMA_TYPES, _avro, _json_schema, _proto_class, _proto_file, decoding,
+                     message_decoder)
 from .registry import Registry, Schema, UnknownSubject, registry_for
 
 
@@ -208,3 +209,11 @@ def encoding(handler: Callable[[Any], Any], sink_format: dict | None) -> Callabl
     encoded.__qualname__ = getattr(handler, "__qualname__", "handler")
     encoded.__module__ = getattr(handler, "__module__", __name__)
     return encoded
+
+
+def with_formats(handler: Callable[[Any], Any], formats: dict | None,
+                 sink_format: dict | None) -> Callable[[Any], Any]:
+    """The handler as the workers call it (WorkerConfig.formats, .sink_format): its message
+    decoded first, its return value encoded for the sink after."""
+    handler, decode = encoding(handler, sink_format), message_decoder(formats)
+    return decoding(handler, decode) if decode is not None else handler
