@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes import client
 
 from antidote_api.consumer import QueueConsumerSpec
@@ -58,6 +59,9 @@ def test_inspect_decode_shows_quarantined_avro_records_decoded_beside_the_reason
     s = resolve(QueueConsumerSpec.model_validate(qc["spec"]), PoisonPolicySpec(), name=name, namespace=namespace)
     k.core.create_namespaced_config_map(namespace, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name=settings_configmap(name)), data={SETTINGS_KEY: settings_document(s)}))
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for fut in admin.create_topics([NewTopic(s.topics.poison, 1, 1)]).values():
+        fut.result(30)
     produce(kafka_bootstrap, s.topics.poison, [
         poisoned(source, 3, unknown, "validation", DESERIALIZATION_ERROR),
         poisoned(source, 7, good, "non-retryable", SERIALIZATION_ERROR)])
