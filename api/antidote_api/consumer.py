@@ -12,7 +12,7 @@ from . import autoscale as autoscaling, spark_conf
 from .autoscale import Autoscale, ExecutorScale
 from .base import ApiModel, Rule
 from .conditions import Conditions
-from .formats import REGISTRY_FORMATS, PayloadFormat, needs_registry
+from .formats import REGISTRY_FORMATS, PayloadFormat, SinkFormat, needs_registry
 from .handler_env import ConfigMapVolumeSource, EnvFromSource, EnvVar, SecretVolumeSource
 from .placement import Annotations, Placement, annotations_rule
 from .wire import OPERATOR_MOUNT_ROOTS
@@ -101,6 +101,20 @@ class KafkaSink(ApiModel):
                     "and a batch replayed after a crash writes its outputs again. See "
                     "docs/consumer.md, \"Exactly-once to a Kafka sink\".",
         json_schema_extra=seed("Kafka Streams processing.guarantee; Flink KafkaSink DeliveryGuarantee"))
+    # None when unset (= Bytes), as the source's formats: the settings document stays the same.
+    value_format: SinkFormat | None = Field(
+        None,
+        description="How the handler's return values are written: `Bytes` (the default: bytes, "
+                    "str, or a dict/list as JSON, as returned), or in the Confluent wire format, "
+                    "encoded with the latest schema of the subject `<topic>-value` in the schema "
+                    "registry: `Avro`, `Protobuf`, `JsonSchema` (the handler returns a dict, or "
+                    "for Protobuf a dict or the message). A value the schema refuses fails its "
+                    "message: reason `non-retryable`, error class `antidote.SerializationError` "
+                    "(docs/consumer.md).",
+        json_schema_extra=seed("Confluent KafkaAvroSerializer; Kafka Connect value.converter"))
+    schema_registry: SchemaRegistry | None = Field(
+        None, description="The Schema Registry the sink's schema is taken from. Default: "
+                          "spec.source.kafka.schemaRegistry.")
 
     rules = (
         Rule("!has(self.bootstrapServers) || (has(self.delivery) && self.delivery == 'AtLeastOnce')",
@@ -254,6 +268,12 @@ class Volume(ApiModel):
 ClaimVolume = Volume  # its name before Secret and ConfigMap volumes
 
 
+def _sink_has_registry(spec: Any) -> bool:
+    kafka = spec.sink.kafka if spec.sink is not None else None
+    return (kafka is None or not needs_registry(kafka.value_format) or kafka.schema_registry is not None
+            or spec.source.kafka.schema_registry is not None)
+
+
 class QueueConsumerSpec(ApiModel):
     policy_ref: LocalObjectReference = Field(description="The PoisonPolicy (same namespace) that applies.")
     paused: bool = Field(
@@ -303,6 +323,12 @@ class QueueConsumerSpec(ApiModel):
         json_schema_extra=seed("PodSpec containers[].envFrom"))
 
     rules = (
+        Rule(f"!has(self.sink) || !has(self.sink.kafka) || !has(self.sink.kafka.valueFormat) || "
+             f"!(self.sink.kafka.valueFormat in {_REGISTRY_FORMATS_CEL}) || "
+             f"has(self.sink.kafka.schemaRegistry) || has(self.source.kafka.schemaRegistry)",
+             f"{', '.join(REGISTRY_FORMATS)} need a schema registry (where the sink's schema is): "
+             "spec.sink.kafka.schemaRegistry, or spec.source.kafka.schemaRegistry",
+             _sink_has_registry, field="sink.kafka.valueFormat"),
         Rule("!has(self.volumes) || self.volumes.all(a, self.volumes.exists_one(b, b.name == a.name))",
              "names must be unique",
              lambda s: s.volumes is None or len({v.name for v in s.volumes}) == len(s.volumes),

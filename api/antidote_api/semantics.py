@@ -13,7 +13,9 @@ from pydantic import Field
 
 from .base import ApiModel
 from .handler_env import EnvFromSource, EnvVar
-from .consumer import Checkpoint, ClaimVolume, KafkaSource, LocalObjectReference, QueueConsumerSpec, Spark
+from .consumer import (Checkpoint, ClaimVolume, KafkaSource, LocalObjectReference, QueueConsumerSpec, SchemaRegistry,
+                       Spark)
+from .formats import needs_registry
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
 from .types import Disposition, NativeHeaderSet
@@ -164,6 +166,10 @@ class EffectiveKafkaSink(ApiModel):
     bootstrap_servers: str
     secret_ref: LocalObjectReference | None = None
     delivery: Literal["ExactlyOnce", "AtLeastOnce"] = "ExactlyOnce"
+    # spec.sink.kafka.valueFormat, and the registry its schema comes from (the sink's own or the
+    # source's), only with a registry format; None otherwise (left out of the settings document).
+    value_format: str | None = None
+    schema_registry: SchemaRegistry | None = None
 
 
 class EffectiveSink(ApiModel):
@@ -218,13 +224,16 @@ def _sink(spec: QueueConsumerSpec) -> EffectiveSink | None:
         return None
     if sink.kafka is not None:
         kafka = sink.kafka
+        encoded = needs_registry(kafka.value_format)
+        fmt = dict(value_format=kafka.value_format if encoded else None,
+                   schema_registry=(kafka.schema_registry or source.schema_registry) if encoded else None)
         if kafka.bootstrap_servers is None:  # same cluster as the source, same credentials
             return EffectiveSink(kafka=EffectiveKafkaSink(
                 topic=kafka.topic, bootstrap_servers=source.bootstrap_servers,
-                secret_ref=kafka.secret_ref or source.secret_ref, delivery=kafka.delivery))
+                secret_ref=kafka.secret_ref or source.secret_ref, delivery=kafka.delivery, **fmt))
         return EffectiveSink(kafka=EffectiveKafkaSink(
             topic=kafka.topic, bootstrap_servers=kafka.bootstrap_servers, secret_ref=kafka.secret_ref,
-            delivery=kafka.delivery))
+            delivery=kafka.delivery, **fmt))
     return EffectiveSink(path=sink.path, format=sink.format or "parquet")
 
 

@@ -18,6 +18,14 @@ sets). `run(handler, previous_result, policy)` runs the next retry cycle by read
 record back as the workers do (`kafka.headers.retry_state`); `run_all` follows a message
 through every cycle to its outcome. Header names are `antidote_api.headers`'.
 
+Formats: `run(..., source={"valueFormat": "Avro", "schemaRegistry": {"url": ...}})` (the
+fields of spec.source.kafka) decodes the message as the workers do (`msg.data`, and a value
+that does not decode is `validation` without a handler call); `sink={"kafka": {"topic":
+"out", "valueFormat": "Avro"}}` (spec.sink) encodes the handler's return value with the
+registry's latest schema of `out-value` (`output` is then the bytes the sink would get; a
+value the schema refuses is `non-retryable`, `antidote.SerializationError`). Both ask the
+registry named, over HTTP, as the workers do.
+
 What it does not do: Kafka (no topic is written, so no record is fitted to a topic's
 `max.message.bytes`), the attempt time limit (`retries.attemptTimeout` is not enforced
 in-process), ordering by key, batches (isolation, the systemic-failure breaker: `systemic`
@@ -49,6 +57,7 @@ from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import plan_of, run_pass
 from antidote_consumer.worker.chosen import systemic_signal
+from antidote_consumer.worker.encode import with_formats
 from antidote_consumer.worker.handler import load_handler
 from antidote_consumer.worker.message import Message
 from antidote_consumer.worker.verdict import Verdict
@@ -130,18 +139,21 @@ def _handler(handler: Callable[..., Any] | str) -> tuple[Callable[..., Any], str
 
 
 def settings(handler_ref: str, source_topic: str, policy_source: PolicyLike = None, *,
-             consumer: str = DEFAULT_CONSUMER) -> EffectiveSettings:
+             consumer: str = DEFAULT_CONSUMER, source: Mapping | None = None,
+             sink: Mapping | None = None) -> EffectiveSettings:
     """The effective settings of consumer `consumer` (`namespace/name`) of `source_topic`
     with this handler and policy, as the operator resolves them
-    (`antidote_api.semantics.resolve`): derived topic names, cycle delays, every default."""
+    (`antidote_api.semantics.resolve`): derived topic names, cycle delays, every default.
+    `source`: more fields of spec.source.kafka (valueFormat, keyFormat, schemaRegistry);
+    `sink`: spec.sink. A bad one raises pydantic's error naming the field."""
     namespace, slash, name = consumer.partition("/")
     if not slash or not namespace or not name:
         raise ValueError(f"consumer {consumer!r}: expected 'namespace/name'")
     policy_name, spec = policy(policy_source)
     qc = QueueConsumerSpec.model_validate({
         "policyRef": {"name": policy_name}, "handler": handler_ref,
-        "source": {"kafka": {"bootstrapServers": "in-process:9092", "topic": source_topic}},
-        "checkpoint": {"location": "/tmp/antidote-testing"}})
+        "source": {"kafka": {**(source or {}), "bootstrapServers": "in-process:9092", "topic": source_topic}},
+        "checkpoint": {"location": "/tmp/antidote-testing"}, **({"sink": dict(sink)} if sink else {})})
     return resolve(qc, spec, name=name, namespace=namespace)
 
 
@@ -201,12 +213,14 @@ class Result:
 
 
 def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: PolicyLike = None, *,
-        consumer: str = DEFAULT_CONSUMER, now: int | None = None) -> Result:
+        consumer: str = DEFAULT_CONSUMER, now: int | None = None, source: Mapping | None = None,
+        sink: Mapping | None = None) -> Result:
     """One pass of `msg` through `handler` under `policy`: the first delivery of a Message
     (its topic is the consumer's source topic), or, given a `retried` Result, its next retry
-    cycle (the retry record read back as the workers read it; `policy` and `consumer` are
-    then the first pass's). `consumer`: its `namespace/name`, in `antidote.consumer`. `now`:
-    epoch ms of the pass (the failure times and the due time), the clock's when not given."""
+    cycle (the retry record read back as the workers read it; `policy`, `consumer`, `source`
+    and `sink` are then the first pass's). `consumer`: its `namespace/name`, in
+    `antidote.consumer`. `now`: epoch ms of the pass (the failure times and the due time), the
+    clock's when not given. `source`, `sink`: formats (see the module's text)."""
     fn, ref = _handler(handler)
     now = int(time.time() * 1000) if now is None else now
     if isinstance(msg, Result):
@@ -220,7 +234,7 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
                           o.timestamp, attempt=state.attempts + 1)
         cycle, before, first = state.cycle, state.attempts, state.first_failure
     elif isinstance(msg, Message):
-        s = settings(ref, msg.topic, policy, consumer=consumer)
+        s = settings(ref, msg.topic, policy, consumer=consumer, source=source, sink=sink)
         user = h.source_headers(msg.headers)  # a source record's antidote.* headers never reach the handler
         current = Message(msg.key, msg.value, tuple(user), msg.topic, msg.partition, msg.offset,
                           msg.timestamp, attempt=1)
@@ -229,7 +243,7 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
         raise TypeError(f"run: expected a Message (antidote.testing.message) or a retried Result, "
                         f"got {type(msg).__name__}")
     cfg = worker_config(s)
-    out = run_pass(current, fn, plan_of(cfg), cycle)
+    out = run_pass(current, with_formats(fn, cfg.formats, cfg.sink_format), plan_of(cfg), cycle)
     base: dict[str, Any] = dict(cycle=cycle, calls=out.attempts, attempts=before + out.attempts,
                                 key=current.key, value=current.value, settings=s)
     if out.verdict is Verdict.OK:
@@ -258,11 +272,12 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
 
 
 def run_all(handler: Callable[..., Any] | str, msg: Message, policy: PolicyLike = None, *,
-            consumer: str = DEFAULT_CONSUMER) -> list[Result]:
+            consumer: str = DEFAULT_CONSUMER, source: Mapping | None = None,
+            sink: Mapping | None = None) -> list[Result]:
     """Every pass of `msg` until its outcome: the first delivery, then each retry cycle (with no
     wait: each `delay_ms` is reported), ending with the pass that processed it or gave it the
     disposition. `run_all(...)[-1]` is the outcome."""
-    passes = [run(handler, msg, policy, consumer=consumer)]
+    passes = [run(handler, msg, policy, consumer=consumer, source=source, sink=sink)]
     while passes[-1].retried:
         passes.append(run(handler, passes[-1], policy))
     return passes

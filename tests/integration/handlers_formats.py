@@ -18,3 +18,9 @@ def seen(msg):
 
         data = {"type": data.DESCRIPTOR.full_name, **MessageToDict(data)}
     return {"data": data, "key": msg.key_data, "raw": len(msg.value)}
+
+
+def order_out(msg):
+    """The decoded (Json) value as it is, for an encoded sink: the sink's schema decides."""
+    _record(msg)
+    return msg.data

@@ -107,6 +107,14 @@ class Cluster:
             raise CliError(f'ConfigMap "{cm_name}" has no {SETTINGS_KEY}')
         return EffectiveSettings.model_validate(yaml.safe_load(text))
 
+    def secret_data(self, name: str) -> dict[str, bytes]:
+        """Secret `name`'s keys and values (for --decode's registry credentials)."""
+        import base64
+
+        secret = self.call(self.core.read_namespaced_secret, name, self.namespace,
+                           missing=f'Secret "{name}" not found in namespace "{self.namespace}"')
+        return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
     def patch_consumer(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.call(self.objs.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
                          name, dict(body), missing=f'queueconsumer "{name}" not found in namespace '

@@ -16,6 +16,7 @@ import secrets
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
@@ -28,6 +29,7 @@ from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, READER_SOURCES, 
 from ..errors import usage_error
 from ..output import add_output_arg, emit, machine
 from .cluster import CliError, Cluster, local_settings
+from .decoded import decoding
 from .quarantine import PAYLOAD_CHARS, inspect_filter, read_topic
 from .held import held_json, read_held, render_held
 from .table import header_line, render_table, say
@@ -62,8 +64,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     topic = s.topics.dlq if args.source == "dlq" else s.topics.poison
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
     group = reader_group_id(s.namespace, s.consumer)
-    rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit, show_payload=args.show_payload,
-                                      props=props, only=only)
+    with ExitStack() as stack:
+        decode = None
+        if args.decode:  # the consumer's decoders; its registry's Secret read from the cluster
+            decode = stack.enter_context(decoding(s, registry_url=args.schema_registry, secret=k.secret_data))
+        rows, matched, total = read_topic(bootstrap, topic, group, limit=args.limit,
+                                          show_payload=args.show_payload, props=props, only=only, decode=decode)
     held = read_held(s, bootstrap, props) if s.ordering == "Key" else None
     sink = s.sink.kafka if s.sink is not None else None
     if emit(args, {"consumer": args.consumer, "namespace": k.namespace, "topic": topic,
@@ -269,6 +275,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     _source(p)
     p.add_argument("--limit", type=int, default=50, help="show at most this many (default 50)")
     p.add_argument("--show-payload", action="store_true", help="show each value (cut to 40 characters)")
+    p.add_argument("--decode", action="store_true",
+                   help="show each value (and key) decoded with the consumer's valueFormat/keyFormat and "
+                        "schema registry, or why it does not decode")
+    p.add_argument("--schema-registry", default=None, metavar="URL",
+                   help="with --decode: reach the schema registry here instead of the consumer's URL")
     p.set_defaults(run=cmd_inspect)
 
     p = commands.add_parser("resume", help="resume a disabled or paused consumer")

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from antidote_api import headers as hn
 from antidote_api.times import format_ms
@@ -32,6 +32,8 @@ class Quarantined:
     handled: bool  # before the reader group's committed offset
     payload: str | None = None
     payload_bytes: int | None = None
+    # --decode: {"value": ..., "key": ...} as the consumer decodes them, or {"error": why}
+    decoded: dict[str, Any] | None = None
 
 
 def quarantined(record_topic: str, partition: int, offset: int, headers: Iterable[tuple[str, bytes | None]],
@@ -66,9 +68,12 @@ def inspect_filter(*, error_classes: Sequence[str], reasons: Sequence[str], sinc
 
 
 def read_topic(bootstrap: str, topic: str, group: str, *, limit: int, show_payload: bool,
-               props: Mapping[str, str], only: Filter) -> tuple[list[Quarantined], int, int]:
+               props: Mapping[str, str], only: Filter,
+               decode: Callable[[bytes | None, bytes | None], dict[str, Any]] | None = None,
+               ) -> tuple[list[Quarantined], int, int]:
     """(up to `limit` matching messages, how many matched, how many the topic holds).
-    Assigns partitions (no group membership, nothing committed)."""
+    Assigns partitions (no group membership, nothing committed). `decode(key, value)`: each
+    shown record's decoded form (--decode)."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
@@ -118,6 +123,8 @@ def read_topic(bootstrap: str, topic: str, group: str, *, limit: int, show_paylo
                         topic, part, offset, hdrs, msg.value(),
                         handled=done_upto is not None and done_upto >= 0 and offset < done_upto,
                         show_payload=show_payload))
+                    if decode is not None:
+                        out[-1].decoded = decode(msg.key(), msg.value())
             if offset + 1 >= ends[part][1]:
                 todo.discard(part)
         return out, matched, total

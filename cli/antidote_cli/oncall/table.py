@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .decoded import decoded_text
 from .quarantine import Quarantined
 
 WIDTH = 100
@@ -39,7 +40,8 @@ COLUMNS = (("ORIGIN", 24), ("REASON", 15), ("ERROR CLASS", 20), ("ATT", 3), ("FI
 def render_table(rows: Sequence[Quarantined], *, show_payload: bool = False, width: int = WIDTH,
                  source: str | None = None) -> list[str]:
     """The message table: every line at most `width` columns; times in UTC (MM-DD hh:mm:ss).
-    Origins from `source` (the consumer's topic) show as partition/offset only."""
+    Origins from `source` (the consumer's topic) show as partition/offset only. A record's
+    decoded form (--decode) on the line under it."""
     def t(s: str | None) -> str:
         return s[5:19].replace("T", " ") if s else "-"
 
@@ -56,4 +58,6 @@ def render_table(rows: Sequence[Quarantined], *, show_payload: bool = False, wid
             text = ("null (a tombstone)" if q.payload_bytes is None else
                     f"({q.payload_bytes} bytes): {json.dumps(q.payload, ensure_ascii=False)}")
             lines.append(_cut(f"    payload {text}", width))
+        if q.decoded is not None:
+            lines.append(_cut(f"    {decoded_text(q.decoded)}", width))
     return [_cut(line, width) for line in lines]

@@ -4,6 +4,7 @@ workers get."""
 
 from __future__ import annotations
 
+from antidote_api.formats import needs_registry, sink_subject
 from antidote_api.names import ledger_names, transactional_id
 from antidote_api.semantics import EffectiveSettings
 from antidote_consumer.kafka import auth as kafka_auth
@@ -25,6 +26,19 @@ def formats(s: EffectiveSettings) -> dict | None:
     return {"value": src.value_format, "key": src.key_format, "registry": registry}
 
 
+def sink_format(s: EffectiveSettings) -> dict | None:
+    """WorkerConfig.sink_format: how the handler's outputs are encoded for a Kafka sink with a
+    registry format (spec.sink.kafka.valueFormat), the subject of its schema and the registry."""
+    kafka = s.sink.kafka if s.sink is not None else None
+    if kafka is None or not needs_registry(kafka.value_format):
+        return None
+    reg = kafka.schema_registry
+    registry = None if reg is None else {
+        "url": reg.url,
+        "secret_dir": secret_dir_of(reg.secret_ref.name if reg.secret_ref is not None else None)}
+    return {"value": kafka.value_format, "subject": sink_subject(kafka.topic), "registry": registry}
+
+
 def worker_config(s: EffectiveSettings) -> WorkerConfig:
     sink_kafka = exactly_once = None
     if s.sink is not None and s.sink.kafka is not None:
@@ -40,4 +54,4 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
         max_held=s.max_held_per_key if s.ordering == "Key" else 0,
         delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id,
-        exactly_once=exactly_once, formats=formats(s))
+        exactly_once=exactly_once, formats=formats(s), sink_format=sink_format(s))

@@ -17,6 +17,7 @@ from antidote_api.wire import PoisonReason
 from antidote_consumer.kafka.headers import MAX_STACK, truncate_stack
 
 from .decode import DeserializationError
+from .encode import SerializationError
 from .chosen import CHOSE_NON_RETRYABLE, CHOSE_RETRY, bad_after, no_cycle_left
 from .deadline import AttemptTimeout
 from .describe import class_name, error_text, valid_text
@@ -128,6 +129,10 @@ def _decides(message: Message, plan: Plan, cycle: int, calls: int,
     if type(err) is DeserializationError:  # the key or value does not decode: invalid, no call made
         return Outcome(Verdict.FINAL, calls - 1, reason=Reason.VALIDATION,
                        error_class=DeserializationError.error_class, error_message=str(err))
+    if type(err) is SerializationError:  # the sink's schema refuses the return value: again would too
+        out = _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
+        out.error_class = SerializationError.error_class
+        return out
     if issubclass(type(err), NonRetryable):  # not isinstance: that asks err.__class__
         out = _failed(Verdict.FINAL, calls, Reason.NON_RETRYABLE, err)
         out.chosen = CHOSE_NON_RETRYABLE

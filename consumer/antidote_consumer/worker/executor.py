@@ -18,8 +18,8 @@ from antidote_consumer.kafka import headers as h
 
 from . import collector, sink
 from .attempts import Plan, Reason, plan_of, run_pass
-from .decode import decoding, message_decoder
 from .deadline import AttemptTimeout, watchdog
+from .encode import with_formats
 from .handler import encode_output, load_handler
 from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
@@ -127,6 +127,8 @@ class WorkerConfig:
     # spec.source.kafka.valueFormat / keyFormat and the registry ({"value", "key", "registry":
     # {"url", "secret_dir"}}), decoded before each attempt (decode.py); None: bytes as they are.
     formats: dict | None = None
+    # spec.sink.kafka.valueFormat: outputs encoded with a registry's schema (encode.py)
+    sink_format: dict | None = None
 
 
 _cache: dict[Any, Any] = {}
@@ -136,8 +138,7 @@ def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     # dicts: not hashable; chains and due_by change with every batch
     key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None, exactly_once=None)))
     if key not in _cache:
-        handler, decode = load_handler(cfg.handler), message_decoder(cfg.formats)
-        _cache[key] = (plan_of(cfg), decoding(handler, decode) if decode is not None else handler)
+        _cache[key] = (plan_of(cfg), with_formats(load_handler(cfg.handler), cfg.formats, cfg.sink_format))
     return _cache[key]
 
 

@@ -1,5 +1,7 @@
 """The Schema Registry as the workers see it: a schema by its id, over the Confluent REST API
-(`GET /schemas/ids/{id}`), fetched once per id in each worker process.
+(`GET /schemas/ids/{id}`), fetched once per id in each worker process; and the latest schema of
+a subject (`GET /subjects/{subject}/versions/latest`), which a sink encodes with, kept for
+LATEST_TTL seconds (a new version is used within that time).
 
 Two kinds of failure, kept apart because they mean opposite things for the message:
 - the registry answers that it has no schema with that id (404): the record names a schema
@@ -17,14 +19,18 @@ import json
 import os
 import socket
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from antidote_api.formats import REGISTRY_SECRET_KEYS
 
 TIMEOUT = 10.0  # seconds for one request: a registry slower than that is treated as away
+LATEST_TTL = 30.0  # seconds a subject's latest schema is kept (Confluent's latest.cache.ttl.sec)
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,14 @@ class UnknownSchema(LookupError):
     def __init__(self, schema_id: int):
         self.schema_id = schema_id
         super().__init__(f"unknown schema id {schema_id}")
+
+
+class UnknownSubject(LookupError):
+    """The registry has no schema under this subject (a sink's schema never registered)."""
+
+    def __init__(self, subject: str):
+        self.subject = subject
+        super().__init__(f"no schema under subject {subject}")
 
 
 class RegistryUnavailable(Exception):
@@ -63,10 +77,12 @@ def auth_header(secret_dir: str | None) -> dict[str, str]:
     return {}
 
 
-def parse_schema(schema_id: int, body: bytes) -> Schema:
+def parse_schema(schema_id: int | None, body: bytes) -> Schema:
+    """A schema from the registry's answer: by id (`schema_id` given), or a subject's version
+    (which carries its own `id`)."""
     doc = json.loads(body)
-    return Schema(schema_id, doc.get("schemaType") or "AVRO", doc["schema"],
-                  tuple(doc.get("references") or ()))
+    return Schema(int(doc["id"]) if schema_id is None else schema_id, doc.get("schemaType") or "AVRO",
+                  doc["schema"], tuple(doc.get("references") or ()))
 
 
 class Registry:
@@ -78,6 +94,7 @@ class Registry:
         self.secret_dir = secret_dir
         self.timeout = timeout
         self._schemas: dict[int, Schema] = {}
+        self._latest: dict[str, tuple[float, Schema]] = {}  # subject -> (when fetched, schema)
         self._lock = threading.Lock()  # a task's handler may run in threads of its own
 
     def schema(self, schema_id: int) -> Schema:
@@ -88,9 +105,27 @@ class Registry:
                 self._schemas[schema_id] = found
         return found
 
+    def latest(self, subject: str, now: float | None = None) -> Schema:
+        """The subject's latest schema, asked again once it is LATEST_TTL seconds old (a failed
+        ask raises: a registry that is away is an outage, even with an older schema at hand)."""
+        now = time.monotonic() if now is None else now
+        found = self._latest.get(subject)
+        if found is None or now - found[0] >= LATEST_TTL:
+            schema = self._get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest",
+                               f"subject {subject}", None, lambda: UnknownSubject(subject))
+            found = (now, schema)
+            with self._lock:
+                self._latest[subject] = found
+                self._schemas.setdefault(schema.id, schema)
+        return found[1]
+
     def _fetch(self, schema_id: int) -> Schema:
-        where = f"schema registry {self.url}, schema id {schema_id}"
-        req = urllib.request.Request(f"{self.url}/schemas/ids/{schema_id}",
+        return self._get(f"/schemas/ids/{schema_id}", f"schema id {schema_id}", schema_id,
+                         lambda: UnknownSchema(schema_id))
+
+    def _get(self, path: str, what: str, schema_id: int | None, missing: Callable[[], Exception]) -> Schema:
+        where = f"schema registry {self.url}, {what}"
+        req = urllib.request.Request(f"{self.url}{path}",
                                      headers={"Accept": "application/vnd.schemaregistry.v1+json, "
                                                         "application/json",
                                               **auth_header(self.secret_dir)})
@@ -99,7 +134,7 @@ class Registry:
                 body = resp.read()
         except urllib.error.HTTPError as err:
             if err.code == 404:
-                raise UnknownSchema(schema_id) from None
+                raise missing() from None
             # 5xx: the registry's trouble; 401/403: our credentials. Neither is the record's.
             raise RegistryUnavailable(f"{where}: HTTP {err.code} {err.reason}") from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as err:

@@ -76,6 +76,8 @@ def secret_names(settings: EffectiveSettings) -> list[str]:
         refs.append(settings.source.schema_registry.secret_ref)
     if settings.sink is not None and settings.sink.kafka is not None:
         refs.append(settings.sink.kafka.secret_ref)
+        if settings.sink.kafka.schema_registry is not None:
+            refs.append(settings.sink.kafka.schema_registry.secret_ref)
     return sorted({r.name for r in refs if r is not None})
 
 

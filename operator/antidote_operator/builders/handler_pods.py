@@ -123,6 +123,7 @@ _NEW_SPARK = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "pr
 _NEW_SIDE = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "serviceAccountAnnotations")
 _NEW_VOLUME = ("claimName", "secret", "configMap")
 _NEW_SOURCE = ("valueFormat", "keyFormat", "schemaRegistry")
+_NEW_SINK_KAFKA = ("valueFormat", "schemaRegistry")
 
 
 def without_unset_new(doc: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +134,7 @@ def without_unset_new(doc: dict[str, Any]) -> dict[str, Any]:
                 del d[k]
     drop(doc, _NEW_TOP)
     drop(doc.get("source") or {}, _NEW_SOURCE)
+    drop((doc.get("sink") or {}).get("kafka") or {}, _NEW_SINK_KAFKA)
     spark = doc.get("spark") or {}
     drop(spark, _NEW_SPARK)
     for side in ("driver", "executor"):
