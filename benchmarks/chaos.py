@@ -19,8 +19,8 @@ then reads the source, the sink and the poison topic and prints, for every sourc
 - wrong attempts: quarantined with antidote.attempts other than (immediate+1)(cycles+1)
                                                                     goal 0
 - both: in the sink and quarantined                                 goal 0
-- sink duplicates: outputs written more than once (the sink is at-least-once: reported,
-  not hidden)
+- sink duplicates: outputs read more than once by a read_committed reader (the sink is
+  exactly-once, the default delivery)                               goal 0
 
 A driver killed inside a batch five times in a row disables its queue (exit 3), as a
 crash-looping driver must: the kill cannot be told from a crash the batch caused. The run

@@ -72,7 +72,7 @@ class Audit:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated_quarantine or self.wrong_attempts or self.both
-                    or self.flaky_wrong)
+                    or self.flaky_wrong or self.sink_duplicates)
 
     def lines(self) -> list[str]:
         return [
@@ -86,7 +86,7 @@ class Audit:
             f"in the sink and quarantined: {len(self.both)}",
             f"flaky wrong (quarantined, or succeeded at an attempt other than {FLAKY_FAILS + 1}): "
             f"{len(self.flaky_wrong)}" + (f" e.g. {self.flaky_wrong[:5]}" if self.flaky_wrong else ""),
-            f"sink duplicates (at-least-once, reported): {self.sink_duplicates}",
+            f"sink duplicates (exactly-once, read_committed): {self.sink_duplicates}",
         ]
 
 
