@@ -1,5 +1,5 @@
 # The two set-up commands of the README start here; both run hack/install.sh first.
-.PHONY: install demo dev-up dev-down test test-node test-images test-kind test-all unit chaos images
+.PHONY: install demo dev-up dev-down test test-slow test-node test-images test-kind test-all unit chaos images
 
 install:
 	@bash hack/install.sh
@@ -26,9 +26,16 @@ dev-down:
 # batches and left one worker alone with a queue of slow tests for minutes).
 test: install
 	.venv/bin/antidote dev build --s3
-	@.venv/bin/python -m pytest -n 2 --dist loadgroup -m "not node and not kind"; rc=$$?; \
+	@.venv/bin/python -m pytest -n 2 --dist loadgroup -m "not node and not kind and not slow"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; fi; \
 	  exit $$rc
+
+# The slowest stack checks (marker `slow`, ~4 minutes of tests), out of `make test` since a
+# warm fresh-clone run reached 20 min 10 s (docs/testing.md): the autoscaler and a hanging
+# message, the liveness of a frozen batch, key order through a SIGKILL. In `make test-all`.
+test-slow: install
+	.venv/bin/antidote dev build
+	.venv/bin/python -m pytest -n 2 --dist loadgroup -m slow
 
 # The node modules (root): the node, the project's images built with buildah, the chart's
 # operator, Spark drivers and executors as restricted pods, the demo on the node
@@ -58,7 +65,7 @@ test-kind: install
 	.venv/bin/antidote dev build --kind
 	.venv/bin/python -m pytest -m kind
 
-test-all: test test-node
+test-all: test test-slow test-node
 
 unit: install
 	.venv/bin/python -m pytest tests/unit

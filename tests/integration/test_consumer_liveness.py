@@ -53,6 +53,7 @@ def _thaw(calls_dir: Path) -> None:
             pass
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md)
 def test_a_frozen_batch_fails_the_liveness_within_its_bound_though_the_pump_is_idle(
         stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
     """Retry cycles on, so the retry pump runs its idle rounds (every 2 s) all along; before,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from antidote_consumer.driver.ledger import load_state
 
 from antidote_testkit import consumers as cu
@@ -22,6 +24,7 @@ def held_records(bootstrap: str, topic: str) -> int:
                if any(k == "antidote.held" for k, _ in r.headers or ()))
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md)
 def test_key_order_is_kept_through_retries_and_a_sigkill(stack, kafka_bootstrap, topic_factory,
                                                          tmp_path, calls_dir) -> None:
     source, sink = topic_factory(partitions=2), topic_factory("-out")

@@ -64,6 +64,7 @@ def source_lag(k: Cluster, name: str) -> int:
                if line.startswith("antidote_source_partition_lag_records{"))
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md)
 def test_a_hanging_message_does_not_scale_up_and_a_real_backlog_does(
         api_client: client.ApiClient, namespace: str, kubeconfig: str, kafka_bootstrap: str,
         topic_factory, tmp_path: Path, calls_dir: Path) -> None:
