@@ -185,9 +185,7 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
         controlplane.start_apiserver(sup, artefacts["kube-apiserver"], pki, etcd_port, api_port,
                                      host, node)
 
-        if fmt.wait(timeout=120) != 0:
-            raise StackError("format kafka storage", "StorageTool failed; see "
-                             f"{sup.log('kafka-format')}:\n{sup.tail('kafka-format')}")
+        _formatted(sup, fmt)
         say(f"starting kafka broker on {host}:{kafka_port} (SASL_PLAINTEXT on {sasl_port})")
         kafka.start(sup, java, props)
 
@@ -214,9 +212,7 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
             shutil.rmtree(state_dir / "kafka", ignore_errors=True)
             props, java = kafka.prepare(state_dir, artefacts["kafka-jars"], kafka_port, ctl_port,
                                         sasl_port, host)
-            if kafka.format_storage(java, props, sup.log("kafka-format")).wait(timeout=120) != 0:
-                raise StackError("format kafka storage", "StorageTool failed; see "
-                                 f"{sup.log('kafka-format')}:\n{sup.tail('kafka-format')}")
+            _formatted(sup, kafka.format_storage(java, props, sup.log("kafka-format")))
             kafka.start(sup, java, props)
             bootstrap = f"{host}:{kafka_port}"
     except BaseException:
@@ -245,6 +241,13 @@ def up(state_dir: Path | None = None, binaries: tuple[str, ...] = build.DEFAULT_
         + (f", S3 {stack.s3_endpoint}" if stack.s3_endpoint else "")
         + (f", Schema Registry {stack.schema_registry_url}" if stack.schema_registry_url else ""))
     return stack
+
+
+def _formatted(sup: Supervisor, fmt) -> None:
+    """Waits for Kafka's storage format (kafka.format_storage); raises when it failed."""
+    if fmt.wait(timeout=120) != 0:
+        raise StackError("format kafka storage", "StorageTool failed; see "
+                         f"{sup.log('kafka-format')}:\n{sup.tail('kafka-format')}")
 
 
 def add_s3(state_dir: Path) -> Stack:

@@ -18,23 +18,31 @@ def _delivery_failed(err, _msg) -> None:
     _sink_errors.append(str(err))
 
 
+# The sink's producer settings, the at-least-once producer's and the exactly-once ones' alike.
+PRODUCER_CONF = {"linger.ms": 20, "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024,
+                 "queue.buffering.max.messages": 1_000_000}
+
+
+def client_conf(sink_kafka: dict) -> dict:
+    """The librdkafka settings of a sink ({"bootstrap.servers", "topic", "secret_dir"}): its
+    Secret's, read from where it is mounted, and the rest but the topic."""
+    conf = {k: v for k, v in sink_kafka.items() if k not in ("topic", "secret_dir")}
+    return {**kafka_auth.from_dir(sink_kafka.get("secret_dir")), **conf}
+
+
 def producer_for(sink_kafka: dict | None):
     """(topic, producer) of a Kafka sink, or (None, None): one producer per process and sink,
     so the Secret's files are read once, not on every task."""
     if not sink_kafka:
         return None, None
-    conf = dict(sink_kafka)
-    topic = conf.pop("topic")
-    key = tuple(sorted(conf.items()))
+    topic = sink_kafka["topic"]
+    key = tuple(sorted((k, v) for k, v in sink_kafka.items() if k != "topic"))
     if key not in _producers:
         from confluent_kafka import Producer
 
-        conf = {**kafka_auth.from_dir(conf.pop("secret_dir", None)), **conf}
         # Delivery reports for failures only, through one producer-level callback: a Python
         # callback per delivered message would cost more than the handler itself.
-        _producers[key] = Producer({**conf, "enable.idempotence": True, "linger.ms": 20,
-                                "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024,
-                                "queue.buffering.max.messages": 1_000_000,
+        _producers[key] = Producer({**client_conf(sink_kafka), **PRODUCER_CONF, "enable.idempotence": True,
                                 # An output not delivered in time fails its own batch (which
                                 # waits SINK_WAIT_S for them), never a later one.
                                 "message.timeout.ms": int(SINK_WAIT_S * 1000) - 5000,

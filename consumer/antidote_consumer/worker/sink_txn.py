@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from antidote_api.names import sink_transactional_id
-from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.sink_entries import SinkEntry, entry_key, read_entry
+
+from . import sink
 
 # A chunk is written before the next message once this much waits, or its first output has
 # waited this long: the memory a task holds, and how late its outputs become visible.
@@ -53,11 +54,6 @@ class ExactlyOnce:
         return None
 
 
-def client_conf(sink_kafka: dict) -> dict:
-    conf = {k: v for k, v in sink_kafka.items() if k not in ("topic", "secret_dir")}
-    return {**kafka_auth.from_dir(sink_kafka.get("secret_dir")), **conf}
-
-
 def producer(conf: dict, transactional_id: str):
     """The process's producer of `transactional_id`, initialized once (which fences the
     partition's earlier attempts). The broker answers CONCURRENT_TRANSACTIONS while it still
@@ -66,10 +62,8 @@ def producer(conf: dict, transactional_id: str):
     if p is None:
         from confluent_kafka import KafkaError, KafkaException, Producer
 
-        p = Producer({**conf, "transactional.id": transactional_id,
-                      "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                      "linger.ms": 20, "compression.type": "lz4", "message.max.bytes": 64 * 1024 * 1024,
-                      "queue.buffering.max.messages": 1_000_000})
+        p = Producer({**conf, **sink.PRODUCER_CONF, "transactional.id": transactional_id,
+                      "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
         deadline = time.monotonic() + COMMIT_TIMEOUT_S
         while True:
             try:
@@ -111,7 +105,6 @@ class PartitionSink:
     position: int = 0  # the ledger's position at the batch's start (below it: settled)
     carried: SinkEntry | None = None  # the entry a crashed run left, ahead of the position
     pending: set[int] = field(default_factory=set)
-    upto: int = -1  # the next offset this task has not done with
     stop: int | None = None  # the partition stops here (a record not due yet; a Fault)
     buffer: list[tuple] = field(default_factory=list)
     size: int = 0
@@ -125,7 +118,7 @@ class PartitionSink:
              retried_task: bool) -> PartitionSink:
         where = f"{topic}:{partition}"
         part = cls(topic, partition, sink_kafka.get("topic", ""), eos,
-                   client_conf(sink_kafka) if sink_kafka else {})
+                   sink.client_conf(sink_kafka) if sink_kafka else {})
         part._id = sink_transactional_id(eos.ledger_writer, topic, partition)
         known = eos.entry(where)
         if known is not None:
@@ -224,15 +217,10 @@ class PartitionSink:
         p = self._producer()
         p.begin_transaction()
         for key, value, headers in self.buffer:
-            while True:
-                try:
-                    if headers:
-                        p.produce(self.sink_topic, value, key, headers=headers)
-                    else:
-                        p.produce(self.sink_topic, value, key)
-                    break
-                except BufferError:
-                    p.poll(0.05)
+            try:
+                p.produce(self.sink_topic, value, key, headers=headers)
+            except BufferError:  # the local queue is full: sink.produce waits for room
+                sink.produce(p, self.sink_topic, key, value, headers)
         p.produce(self.eos.ledger_topic, json.dumps(entry.to_json()).encode(),
                   entry_key(self.topic, self.partition).encode())
         p.commit_transaction(COMMIT_TIMEOUT_S)
