@@ -110,10 +110,11 @@ def plain_map(batches):
 
 
 def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
-                conf: dict[str, str] | None = None):
+                conf: dict[str, str] | None = None, sink_options: dict[str, str] | None = None):
     """Pipeline (a): the handler as a plain mapInArrow from the source topic to the sink, no
     poison handling, with Spark's own defaults for Arrow batches and checkpoint files, not
-    those an Antidote consumer sets; `conf`: settings of its own instead (a diagnostic)."""
+    those an Antidote consumer sets; `conf`: settings of its own instead (a diagnostic);
+    `sink_options`: the Kafka sink's producer settings (`kafka.`-prefixed options)."""
     from pyspark.sql import functions as F
 
     for key in ("spark.sql.execution.arrow.maxBytesPerBatch",
@@ -137,6 +138,7 @@ def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workd
         del env["ANTIDOTE_BENCH_PIPELINE"]
     return (mapped.writeStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
+            .options(**(sink_options or {}))
             .option("checkpointLocation", str(workdir / f"plain-{uuid.uuid4().hex}"))
             .trigger(availableNow=True).start())
 

@@ -39,7 +39,10 @@ FileSystem API, as an Antidote consumer does on a local directory (docs/consumer
 Performance), where (a) keeps Spark's default as a user's pipeline would; name it beside
 "a" and "b 0%". Nor "b 0% alo" and "b 1% alo": the same with the Kafka sink at-least-once
 (`delivery: AtLeastOnce`), against which "b 0%" and "b 1%" (exactly-once, the default) price
-the sink's transactions; name them beside those.
+the sink's transactions; name them beside those. Nor "a alike": plain Spark given the tuning
+a consumer gives itself (the FileSystem checkpoint manager, Arrow batches of 10,000 rows
+without the per-row byte check, the sink producer's linger and compression), the
+like-for-like baseline for "b 0%": name it beside "a" and "b 0%".
 
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
@@ -94,6 +97,12 @@ PIPELINES = {
     # checkpoint (antidote_consumer.spark.checkpoint_files): b(0%) against plain Spark with
     # the same setting, where (a) keeps Spark's default, as a user's pipeline would.
     "a fs ckpt": "(a) plain Spark, FileSystem ckpt",
+    # Plain Spark given the tuning an Antidote consumer gives itself (ALIKE): the same
+    # checkpoint file manager, Arrow batches without the per-row byte check and at 10,000
+    # rows (what a consumer learns for these records), and its producer's linger and
+    # compression. b(0%) against it is the like-for-like verdict: what Antidote costs a team
+    # that tuned its own Spark job.
+    "a alike": "(a) plain Spark, tuned alike",
     # The Kafka sink at-least-once (spec.sink.kafka.delivery AtLeastOnce): against "b 0%" and
     # "b 1%" (exactly-once, the default) they price the sink's transactions.
     "b 0% alo": "(b) Antidote, 0%, at-least-once sink",
@@ -103,11 +112,12 @@ ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
 # Pipelines not in the default run: the attribution ones, the Arrow batches' bound, and plain
 # Spark with the checkpoint setting an Antidote consumer makes.
-DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt", "b 0% alo", "b 1% alo"]
+DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt", "a alike", "b 0% alo",
+              "b 1% alo"]
 SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000  # the largest record for 10,000-row batches
 # The topic of a pipeline whose topic is not its name's share of poison ("small": the same
 # messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
-TOPIC_OF = {"a": "0%", "a fs ckpt": "0%", "ceil": "0%", "b 0% 10k rows": "0% small",
+TOPIC_OF = {"a": "0%", "a fs ckpt": "0%", "a alike": "0%", "ceil": "0%", "b 0% 10k rows": "0% small",
             "b 1% 10k rows": "1% small"}
 
 
@@ -311,9 +321,24 @@ def window_of(progress: list[dict], warmup: int) -> tuple[int, float, float]:
     return sum(p["numInputRows"] for p in steady), start, end
 
 
+def alike(workdir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Pipeline "a alike": the Spark conf and the Kafka sink's options that give plain Spark
+    what an Antidote consumer sets for itself on these records (antidote_consumer.spark's
+    checkpoint_files and arrow_batching with the row bound it learns, worker/sink.py's
+    PRODUCER_CONF linger and compression)."""
+    from antidote_consumer.spark import ARROW_BYTES_CONF, ARROW_ROWS_CONF, MAX_ARROW_ROWS
+    from antidote_consumer.worker.sink import PRODUCER_CONF
+
+    conf = {**checkpoint_files(str(workdir)), ARROW_BYTES_CONF: str(2**31 - 1),
+            ARROW_ROWS_CONF: str(MAX_ARROW_ROWS)}
+    options = {f"kafka.{k}": str(PRODUCER_CONF[k]) for k in ("linger.ms", "compression.type")}
+    return conf, options
+
+
 def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
-              warmup: int, conf: dict[str, str] | None = None) -> Run:
-    q = start_plain(spark, bootstrap, source, sink, batch, workdir, conf)
+              warmup: int, conf: dict[str, str] | None = None,
+              sink_options: dict[str, str] | None = None) -> Run:
+    q = start_plain(spark, bootstrap, source, sink, batch, workdir, conf, sink_options)
     try:
         q.awaitTermination()
         assert q.exception() is None, q.exception()
@@ -490,8 +515,10 @@ def main() -> int:
                 mark = jit_mark(spark)
                 if k.startswith("a"):
                     sink = make_topic(admin, f"{src}-{k.replace(' ', '-')}-{r}", args.partitions)
+                    conf, options = ((checkpoint_files(str(workdir)), None) if k == "a fs ckpt" else
+                                     alike(workdir) if k == "a alike" else (None, None))
                     run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches,
-                                    checkpoint_files(str(workdir)) if k == "a fs ckpt" else None)
+                                    conf, options)
                 elif k.startswith("b"):
                     named = k.replace(" ", "-").replace("%", "pct")  # one sink per pipeline and round
                     sink = make_topic(admin, f"{src}-{named}-{r}", args.partitions)
@@ -561,6 +588,9 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
             ("b(0%, 10k rows)/a", "b 0% 10k rows", "a", None),
             ("b(0%)/a(fs ckpt)", "b 0%", "a fs ckpt", None),
             ("a(fs ckpt)/a", "a fs ckpt", "a", None),
+            ("b(0%)/a(alike)", "b 0%", "a alike", None), ("a(alike)/a", "a alike", "a", None),
+            ("b(0%)/b(0%, at-least-once)", "b 0%", "b 0% alo", None),
+            ("b(1%)/b(1%, at-least-once)", "b 1%", "b 1% alo", None),
             ("b(1%)/b(0%), 10k rows", "b 1% 10k rows", "b 0% 10k rows", None),
             ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),
             ("b(0%)/ceiling", "b 0%", "ceil", None)):
