@@ -83,7 +83,10 @@ def _fenced(err) -> bool:
     """A producer another has taken the partition's id from (or one no longer usable)."""
     from confluent_kafka import KafkaError
 
-    return err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+    # A producer fenced since its last transaction learns it from the broker in the
+    # background; produce() then raises a plain _FATAL error (fatal() False on it), which is
+    # the same fence seen later: the producer is made again, not the batch failed.
+    return err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                          KafkaError.INVALID_PRODUCER_EPOCH)
 
 
