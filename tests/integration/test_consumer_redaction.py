@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import os
 import subprocess
@@ -161,3 +162,54 @@ def test_drop_writes_dead_letter_records_without_the_value_and_keeps_the_key(
     report = run_reader(s, ReaderOptions(source="dlq", action="Redrive"))
     assert (report.refused, report.redriven) == (3, 0)
     assert run_reader(s, ReaderOptions(source="dlq", action="Drop")).dropped == 3  # Ack still works
+
+
+PAY = {"type": "record", "name": "Pay", "namespace": "shop", "fields": [
+    {"name": "id", "type": "string"}, {"name": "card", "type": "string"}, {"name": "qty", "type": "int"},
+    {"name": "note", "type": "string"}]}
+
+
+def test_avro_poison_records_are_redacted_and_stay_decodable_with_their_schema_id(
+        spark, kafka_bootstrap, topic_factory, tmp_path, schema_registry) -> None:
+    import fastavro
+
+    from antidote_api.consumer import KafkaSource
+    from antidote_consumer.worker.decode import decode_registered
+    from antidote_consumer.worker.registry import Registry
+    from antidote_devstack import schema_registry as registry
+
+    from .test_consumer_formats import avro
+    from .schema_registry_util import subject
+
+    schema_id = registry.register(schema_registry, subject("redact-avro"), json.dumps(PAY))
+    source = topic_factory("-avro")
+    records = [avro(schema_id, {"id": f"o-{i}", "card": f"41111111111111{i:02d}", "qty": i,
+                                "note": "poison" if i % 2 else "fine"}, PAY) for i in range(6)]
+    stray = b'{"card": "4111111111111199", "note": "poison"}'  # written without the registry
+    produce(kafka_bootstrap, source, [(b"k%d" % i, v, None) for i, v in enumerate(records + [stray])])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, name=f"{NAME}-avro", policy={
+        "retries": {"immediate": 0, "cycles": 0},
+        "quarantine": {"payload": "Redact", "redact": [{"path": "$.card"}, {"path": "$.qty"}]}})
+    src = KafkaSource.model_validate({**s.source.wire(), "valueFormat": "Avro",
+                                      "schemaRegistry": {"url": schema_registry}})
+    s = s.model_copy(update={"source": src})
+
+    code, _ = cu.run(spark, s)
+
+    assert code == ExitCode.OK
+    poison = cu.quarantined(kafka_bootstrap, s.topics.poison)
+    assert sorted(o for _, o in poison) == [1, 3, 5, 6]
+    reader = Registry(schema_registry)
+    for (_, o), (rec, hdrs) in poison.items():
+        if o == 6:  # undecodable: invalid (validation), and under Redact dropped whole, saying why
+            assert hdrs["antidote.reason"] == "validation" and rec.value is None
+            assert hdrs[hn.REDACTED] == "Drop" and "magic byte is 123" in hdrs[hn.REDACTED_REASON]
+            continue
+        assert rec.value[:5] == records[o][:5]  # the same schema id
+        assert decode_registered("Avro", rec.value, reader, "value") == {
+            "id": f"o-{o}", "card": MARKER, "qty": 0, "note": "poison"}
+        # ... and any Avro reader with the writer's schema reads it whole (no bytes left over)
+        buf = io.BytesIO(rec.value[5:])
+        assert fastavro.schemaless_reader(buf, fastavro.parse_schema(PAY), None)["card"] == MARKER
+        assert buf.tell() == len(rec.value) - 5
+        assert hdrs[hn.REDACTED] == "Redact" and json.loads(hdrs[hn.REDACTED_PATHS]) == ["$.card", "$.qty"]
