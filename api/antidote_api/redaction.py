@@ -5,7 +5,7 @@ writes. Pure; docs/consumer.md, "Redaction", is the reference."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal, TypeAlias
 
 # `quarantine.payload`: what a record written to the poison or dead-letter topic carries.
 PayloadHandling = Literal["Keep", "Drop", "Redact"]
@@ -24,7 +24,7 @@ _STEP = rf"\.{_NAME}|\.\*|\[[0-9]+\]|\[\*\]|\['[^'\[\]]+'\]|\[\"[^\"\[\]]+\"\]"
 PATH_PATTERN = rf"^\$({_STEP})+$"
 _STEP_RE = re.compile(_STEP)
 
-Step = tuple  # ("key", name) | ("index", n) | ("any",)
+Step: TypeAlias = tuple[Any, ...]  # ("key", name) | ("index", n) | ("any",)
 ANY: Step = ("any",)
 
 

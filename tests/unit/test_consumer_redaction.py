@@ -116,3 +116,58 @@ def test_inspect_shows_what_was_removed() -> None:
                           None, handled=False, show_payload=False)
     assert dropped.redacted == "Drop: value: not JSON: Expecting value"
     assert quarantined("p", 0, 1, [], b"x", handled=False, show_payload=False).redacted is None
+
+
+class _AwayThenBack:
+    """A redactor whose registry is away for `n` calls (an outage), then redacts."""
+
+    def __init__(self, s, n: int):
+        self.red, self.left, self.calls = Redactor(s.quarantine, "Json", None, None), n, 0
+
+    def __call__(self, value, headers=()):
+        from antidote_consumer.worker.registry import RegistryUnavailable
+
+        self.calls += 1
+        if self.left:
+            self.left -= 1
+            raise RegistryUnavailable("registry.test: connection refused")
+        return self.red(value, headers)
+
+
+def _settler(s, redact, threshold: int = 3):
+    import threading
+    from types import SimpleNamespace
+
+    from antidote_consumer.driver.metrics import Metrics
+    from antidote_consumer.driver.settle import Settler
+    from antidote_consumer.driver.settle_refused import RefusedCommit
+    from antidote_consumer.driver.systemic import SystemicRule
+
+    log = SimpleNamespace(state=LedgerState(), committed=[], failures=0)
+    log.commit = lambda state, records: log.committed.append(records)
+
+    def rollback(err) -> int:
+        log.failures += 1
+        return log.failures
+    qd = SimpleNamespace(enabled=True, consecutive_batch_failures=threshold)
+    t = Targets(s, partitions=3, max_bytes={}, consumer_id="shop/c", redact=redact)
+    return Settler(t, log, Metrics("shop", "c"), SystemicRule.of(s.queue_disable),
+                   RefusedCommit(log, qd, rollback, threading.Event(), 0.0), max_held=0), log
+
+
+def test_a_registry_away_while_redacting_is_tried_again_without_running_handlers_then_disables() -> None:
+    import pytest
+
+    from antidote_consumer.driver.disabled import QueueDisabled
+
+    s = settings(REDACT)
+    result = BatchResult(failures=[row(Verdict.FINAL, 7, value=VALUE)], n_attempts=1)
+    settler, log = _settler(s, _AwayThenBack(s, 2))
+    done = settler.settle(result, [], None, None)
+    assert log.failures == 2 and len(log.committed) == 1  # counted as rollbacks, then written once
+    assert json.loads(done.records[0][3])["card"]["number"] == MARKER
+    settler, log = _settler(s, _AwayThenBack(s, 10), threshold=3)
+    with pytest.raises(QueueDisabled) as err:
+        settler.settle(result, [], None, None)
+    assert err.value.reason == "ConsecutiveBatchFailures" and log.committed == [] and log.failures == 3
+    assert "could not be redacted 3 times in a row: registry.test: connection refused" in err.value.message

@@ -71,7 +71,7 @@ def redact_tree(doc: Any, fields: Iterable[Field], replace: Replace) -> tuple[An
     doc = copy.deepcopy(doc)
     matched = []
     for path, steps, mode in fields:
-        nodes = [(None, None, doc)]
+        nodes: list[tuple[Any, Any, Any]] = [(None, None, doc)]
         for step in steps:
             nodes = [(c, k, c[k]) for _, _, node in nodes for c, k in _children(node, step)]
         for container, key, value in nodes:
