@@ -3,7 +3,8 @@ real stack: a consumer in this process on Kafka and Spark's Python workers write
 dead-letter records with the listed fields masked or hashed (or no value), its retry records
 keep the value; the reader (in-process and `antidote redrive` as a process) refuses to
 redrive them and leaves them for Archive, which writes what it archives redacted too; Avro
-values through the stack's Schema Registry stay decodable with the same schema id."""
+values through the stack's Schema Registry stay decodable with the same schema id; `antidote skip`
+moves a Fault message to the poison topic redacted."""
 
 from __future__ import annotations
 
@@ -213,3 +214,28 @@ def test_avro_poison_records_are_redacted_and_stay_decodable_with_their_schema_i
         assert fastavro.schemaless_reader(buf, fastavro.parse_schema(PAY), None)["card"] == MARKER
         assert buf.tell() == len(rec.value) - 5
         assert hdrs[hn.REDACTED] == "Redact" and json.loads(hdrs[hn.REDACTED_PATHS]) == ["$.card", "$.qty"]
+
+
+def test_skip_moves_the_fault_message_to_the_poison_topic_redacted(
+        spark, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    from antidote_consumer.reader.skip import skip_fault
+
+    source = topic_factory()
+    values = [order(i, poison=i == 2) for i in range(4)]
+    produce(kafka_bootstrap, source, [(b"k%d" % i, v, None) for i, v in enumerate(values)])
+    s = cu.settings(kafka_bootstrap, source, tmp_path, name=f"{NAME}-skip", policy={
+        "retries": {"immediate": 0, "cycles": 0}, "disposition": "Fault",
+        "quarantine": {"payload": "Redact", "redact": [{"path": "$.card"}, {"path": "$.customer.email"}]}})
+
+    code, _ = cu.run(spark, s)
+    assert code == ExitCode.FAULT and read_all(kafka_bootstrap, s.topics.poison, missing_ok=True) == []
+
+    done = skip_fault(s)
+
+    assert (done.offset, done.poison_topic) == (2, s.topics.poison)
+    (rec,) = read_all(kafka_bootstrap, s.topics.poison)
+    doc, hdrs = json.loads(rec.value), _hdrs(rec)
+    was = json.loads(values[2])
+    assert doc["card"] == MARKER and doc["customer"] == {"email": MARKER, "name": was["customer"]["name"]}
+    assert (rec.key, doc["note"], hdrs["antidote.disposition"]) == (b"k2", "poison", "Fault")
+    assert hdrs[hn.REDACTED] == "Redact" and json.loads(hdrs[hn.REDACTED_PATHS]) == ["$.card", "$.customer.email"]
