@@ -6,6 +6,7 @@ the reader Job's pods mount the HMAC key's Secret."""
 
 from __future__ import annotations
 
+import hmac
 import json
 
 from antidote_api import PoisonPolicySpec, QueueConsumerSpec, resolve
@@ -171,3 +172,21 @@ def test_a_registry_away_while_redacting_is_tried_again_without_running_handlers
         settler.settle(result, [], None, None)
     assert err.value.reason == "ConsecutiveBatchFailures" and log.committed == [] and log.failures == 3
     assert "could not be redacted 3 times in a row: registry.test: connection refused" in err.value.message
+
+
+def test_antidote_testing_shows_the_record_redacted_as_the_consumer_writes_it() -> None:
+    from antidote.testing import TEST_HASH_KEY, message, run
+
+    def handle(msg):
+        raise ValueError("no")
+
+    policy = {"retries": {"immediate": 0, "cycles": 0},
+              "quarantine": {"payload": "Redact", "hashKeyRef": {"name": "redaction-key"},
+                             "redact": [{"path": "$.card.number"}, {"path": "$.name", "mode": "Hash"}]}}
+    out = run(handle, message(VALUE), policy)
+    assert out.outcome == "moved" and json.loads(out.value) == {
+        "card": {"number": MARKER},
+        "name": "hmac-sha256:" + hmac.new(TEST_HASH_KEY, b"Ann", "sha256").hexdigest()}
+    assert out.header(hn.REDACTED) == "Redact"
+    kept = run(handle, message(VALUE), {"retries": {"immediate": 0, "cycles": 0}})
+    assert kept.value == VALUE and kept.header(hn.REDACTED) is None
