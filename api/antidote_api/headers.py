@@ -56,3 +56,11 @@ DLQ_MESSAGE = DLQ_PREFIX + "message"
 CONNECT = "Connect"
 SHARE_GROUP = "ShareGroup"
 NATIVE_SETS = {CONNECT: CONNECT_PREFIX, SHARE_GROUP: DLQ_PREFIX}
+# On a poison or dead-letter record whose payload the PoisonPolicy's quarantine.payload
+# changed (docs/consumer.md, "Redaction"): `Redact` (fields masked or hashed) or `Drop` (the
+# value removed; also a Redact whose value could not be read), ...
+REDACTED = PREFIX + "redacted"
+# ... the field paths of quarantine.redact that matched, as a JSON array (Redact) ...
+REDACTED_PATHS = PREFIX + "redacted.paths"
+# ... and why a Redact removed the whole value instead (it could not be parsed or re-encoded).
+REDACTED_REASON = PREFIX + "redacted.reason"

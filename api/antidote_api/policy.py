@@ -4,17 +4,19 @@ attempt, when a whole queue is disabled instead, and how quarantined messages ar
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import jsonschema
-from pydantic import Field, field_validator
+from pydantic import Field, StringConstraints, field_validator
 
 from .base import ApiModel, Rule
 from .conditions import Conditions
 from .duration import Duration
+from .redaction import HASH, PATH_PATTERN, REDACT, PayloadHandling, RedactMode, parse_path
 from .wire import POISON_REASONS, READER_ACTIONS
 from .types import (API_VERSION, ApiVersionField, ClassName, Cron, Disposition, FreeObject,
-                    KindField, Metadata, NativeHeaderSet, PoisonReason, SetOf, TopicName, seed)
+                    KindField, Metadata, NativeHeaderSet, Named, ObjectName, PoisonReason, SetOf,
+                    TopicName, seed)
 
 
 class Retries(ApiModel):
@@ -168,7 +170,74 @@ class Payload(ApiModel):
     redact: bool = Field(
         True,
         description="Keep message payloads out of logs, Events and status. Quarantined records "
-                    "always keep key and value byte-identical.")
+                    "keep key and value byte-identical unless `quarantine.payload` says otherwise.")
+
+
+RedactPath = Annotated[str, StringConstraints(pattern=PATH_PATTERN, min_length=2, max_length=256),
+                      Named("field path")]
+
+
+class RedactField(ApiModel):
+    path: RedactPath = Field(
+        description="The field, as a JSON path from the record's root: `$.card.number`, "
+                    "`$['first name']`, `$.lines[0].iban`, `$.lines[*].iban`, `$.tags.*`. For "
+                    "`Json` (and `Bytes`) values, a path into the JSON document; for `Avro`, "
+                    "`Protobuf` and `JsonSchema` values, into the record decoded with its schema.")
+    mode: RedactMode | None = Field(
+        None, description="`Mask` or `Hash` for this field. Default: `quarantine.mode`.")
+
+    @field_validator("path")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        parse_path(value)  # the pattern admits only what parses; this names what is wrong
+        return value
+
+
+class SecretKeyRef(ApiModel):
+    name: ObjectName = Field(description="A Secret in the consumer's namespace.")
+    key: str = Field("key", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$",
+                     description="The key of the Secret that holds the HMAC key.")
+
+
+class Quarantine(ApiModel):
+    payload: PayloadHandling = Field(
+        "Keep",
+        description="What the records written to the poison and dead-letter topics carry of "
+                    "the message's value: `Keep` (byte-identical), `Drop` (no value; key and "
+                    "headers kept) or `Redact` (the fields listed in `redact` masked or hashed, "
+                    "the rest intact, re-encoded with the same schema id). Retry records always "
+                    "keep the value (it is processed again). A redacted or dropped record cannot "
+                    "be redriven. Default: `Keep`.",
+        json_schema_extra=seed("Kafka Connect ReplaceField / MaskField SMTs"))
+    redact: list[RedactField] | None = Field(
+        None, max_length=64,
+        description="The fields `Redact` hides; required with it. A listed field a record lacks "
+                    "is skipped.")
+    mode: RedactMode = Field(
+        "Mask",
+        description="How a listed field is hidden unless it says otherwise: `Mask` (replaced by "
+                    "`[redacted]`, or its type's zero) or `Hash` (its HMAC-SHA256 under "
+                    "`hashKeyRef`'s key, so equal values stay equal without being readable).")
+    hash_key_ref: SecretKeyRef | None = Field(
+        None,
+        description="The Secret key that holds the HMAC key of `Hash`; required when a field is "
+                    "hashed. A plain SHA-256 of a card number or an email is reversed by trying "
+                    "every candidate, so only a keyed hash is offered.")
+
+    rules = (
+        Rule("!has(self.payload) || self.payload != 'Redact' || (has(self.redact) && size(self.redact) > 0)",
+             "is required when payload is Redact: the field paths to mask or hash",
+             lambda q: q.payload != REDACT or bool(q.redact), field="redact"),
+        Rule("!has(self.redact) || size(self.redact) == 0 || (has(self.payload) && self.payload == 'Redact')",
+             "needs payload: Redact", lambda q: not q.redact or q.payload == REDACT, field="redact"),
+        Rule("has(self.hashKeyRef) || !((has(self.mode) && self.mode == 'Hash') || "
+             "(has(self.redact) && self.redact.exists(r, (has(r.mode) && r.mode == 'Hash') || "
+             "(!has(r.mode) && has(self.mode) && self.mode == 'Hash'))))",
+             "is required when a field is hashed (mode: Hash): the Secret key of the HMAC key",
+             lambda q: q.hash_key_ref is not None or not (
+                 q.mode == HASH or any(f.mode == HASH for f in q.redact or ())),
+             field="hashKeyRef"),
+    )
 
 
 class ReaderTrigger(ApiModel):
@@ -267,6 +336,11 @@ class PoisonPolicySpec(ApiModel):
         description="When the whole consumer is disabled (paused) instead of quarantining.",
         json_schema_extra=seed("Service Broker poison-message detection; BROKER_QUEUE_DISABLED"))
     payload: Payload = Field(default_factory=Payload, description="Payload handling.")
+    quarantine: Quarantine | None = Field(
+        None,
+        description="What records written to the poison and dead-letter topics keep of the "
+                    "message's value (`payload: Keep | Drop | Redact`). Default: all of it.",
+        json_schema_extra=seed("GDPR data minimisation; Kafka Connect MaskField"))
     native_headers: SetOf(NativeHeaderSet, max_items=2) = Field(  # type: ignore[valid-type]  # SetOf builds an Annotated list
         default_factory=list,
         description="Kafka-native error header sets to write as well on quarantined records (the "

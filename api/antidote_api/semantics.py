@@ -17,7 +17,8 @@ from .consumer import (Checkpoint, ClaimVolume, KafkaSource, LocalObjectReferenc
                        Spark)
 from .formats import needs_registry
 from .duration import Duration
-from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
+from .policy import Payload, PoisonPolicySpec, Quarantine, QueueDisable, Reader, Retries, Validation
+from .redaction import KEEP
 from .types import Disposition, NativeHeaderSet
 
 MAX_TOPIC_LENGTH = 249
@@ -211,6 +212,10 @@ class EffectiveSettings(ApiModel):
     native_headers: list[NativeHeaderSet] = Field(  # type: ignore[valid-type]  # a Literal built from NATIVE_SETS
         default_factory=list, description="Kafka-native error header sets also written on "
                                           "quarantined records (the policy's nativeHeaders).")
+    # The policy's quarantine block, only when it changes a payload (Drop, Redact): None for
+    # Keep, so the settings (and their hash) of consumers that keep payloads are unchanged.
+    quarantine: Quarantine | None = Field(
+        None, description="What poison and dead-letter records keep of a value (the policy's quarantine).")
     resume_token: str | None = Field(
         None, description="Set by the operator when it re-enables a disabled queue (the time of "
                           "that resume). A consumer whose ledger says its queue is disabled starts "
@@ -256,4 +261,5 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
         queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader,
         ordering=consumer.ordering, max_held_per_key=consumer.max_held_per_key,
         volumes=consumer.volumes, env=consumer.env, env_from=consumer.env_from,
-        native_headers=list(policy.native_headers))
+        native_headers=list(policy.native_headers),
+        quarantine=policy.quarantine if policy.quarantine is not None and policy.quarantine.payload != KEEP else None)

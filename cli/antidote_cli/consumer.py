@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from antidote_consumer.spark import spark_session
     from antidote_api.wire import DISABLE_EXIT
     from antidote_consumer.kafka.topics import KafkaUnreachable, TopicMisfit, reachable
+    from antidote_consumer.worker.redact import RedactionKeyError
 
     try:  # before Spark starts: an unreachable broker is one line, not Spark's start-up and a trace
         # Credentials first (a secretRef: one connection), so refused ones are named as such;
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval,
                                 client_conf=conf)
-        except KafkaAuthError as err:  # exit 2: restarted with back-off, a fixed Secret is read
+        except (KafkaAuthError, RedactionKeyError) as err:  # exit 2: restarted with back-off, a fixed Secret is read
             print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
             return 2
         except TopicMisfit as err:  # a derived topic that cannot hold the policy: like bad settings

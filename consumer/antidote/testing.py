@@ -14,7 +14,9 @@ immediate re-attempts, `nonRetryable`, `antidote.Retry` and `antidote.NonRetryab
 configuration the driver ships to its workers (`driver.worker_config`), then the record the
 settle would write for its outcome (`driver.outcome_records`: the retry topic, its due time
 and headers; the poison or dead-letter topic and headers, with the policy's native header
-sets). `run(handler, previous_result, policy)` runs the next retry cycle by reading the retry
+sets; the value as `quarantine.payload` leaves it, with its `antidote.redacted*` headers:
+`Hash` uses the Secret's key when it is mounted as in the driver, else `TEST_HASH_KEY`).
+`run(handler, previous_result, policy)` runs the next retry cycle by reading the retry
 record back as the workers do (`kafka.headers.retry_state`); `run_all` follows a message
 through every cycle to its outcome. Header names are `antidote_api.headers`'.
 
@@ -266,9 +268,27 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
     if written is None:
         return Result(OUTCOME_OF[s.disposition], **failed)
     topic, hdrs = written
+    value = current.value
+    if s.quarantine is not None:  # the policy's quarantine.payload, as the settle applies it
+        done = _redactor(s)(value)
+        value, hdrs = done.value, hdrs + done.headers
     if s.native_headers:
-        hdrs = with_native(current.key, current.value, hdrs, s.native_headers, s.handler, None)
-    return Result(OUTCOME_OF[s.disposition], topic=topic, headers=hdrs, **failed)
+        hdrs = with_native(current.key, value, hdrs, s.native_headers, s.handler, None)
+    return Result(OUTCOME_OF[s.disposition], topic=topic, headers=hdrs, **{**failed, "value": value})
+
+
+# The HMAC key of quarantine `Hash` where a handler's tests run without its Secret mounted:
+# hashes are then this key's, not the consumer's (equal values still hash alike).
+TEST_HASH_KEY = b"antidote.testing: not a real key"
+
+
+def _redactor(s: EffectiveSettings):
+    from antidote_consumer.worker.redact import RedactionKeyError, redactor_for
+
+    try:
+        return redactor_for(s)
+    except RedactionKeyError:
+        return redactor_for(s, key=TEST_HASH_KEY)
 
 
 def run_all(handler: Callable[..., Any] | str, msg: Message, policy: PolicyLike = None, *,

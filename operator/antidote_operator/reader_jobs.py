@@ -114,7 +114,8 @@ def pod_report(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-COUNT_KEYS = ("redriven", "parked", "archived", "dropped", "held", "rejected", "skippedByFilter", "failed")
+COUNT_KEYS = ("redriven", "parked", "archived", "dropped", "held", "rejected", "skippedByFilter", "failed",
+              "refused")
 
 
 def summarize(view: JobView, report: str | None) -> tuple[int, str]:

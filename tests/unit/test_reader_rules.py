@@ -122,7 +122,7 @@ def test_report_json_keys_and_size():
                      parked=1, faultAt="t.poison/0/12")
     doc = json.loads(r.dumps())
     assert list(doc) == ["action", "dryRun", "from", "messages", "redriven", "parked", "archived",
-                         "dropped", "held", "rejected", "skippedByFilter", "failed", "archivePath",
+                         "dropped", "held", "rejected", "skippedByFilter", "failed", "refused", "archivePath",
                          "faultAt"]
     assert doc["from"] == "poison" and doc["faultAt"] == "t.poison/0/12"
     assert len(r.dumps()) < 4096

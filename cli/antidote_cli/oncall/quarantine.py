@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +35,9 @@ class Quarantined:
     payload_bytes: int | None = None
     # --decode: {"value": ..., "key": ...} as the consumer decodes them, or {"error": why}
     decoded: dict[str, Any] | None = None
+    # What spec.quarantine removed from the value (the antidote.redacted* headers), e.g.
+    # "Redact $.card.number, $.customer.email", "Drop: value: not JSON: ..."; None when kept.
+    redacted: str | None = None
 
 
 def quarantined(record_topic: str, partition: int, offset: int, headers: Iterable[tuple[str, bytes | None]],
@@ -52,12 +56,27 @@ def quarantined(record_topic: str, partition: int, offset: int, headers: Iterabl
     if show_payload and value is not None:
         text = value.decode("utf-8", "replace")
         payload = text if len(text) <= PAYLOAD_CHARS else text[:PAYLOAD_CHARS - 1] + "…"
-    return Quarantined(topic=record_topic, partition=partition, offset=offset, origin=origin,
+    return Quarantined(redacted=redaction(h), topic=record_topic, partition=partition, offset=offset, origin=origin,
                        reason=h.get(hn.REASON, ""), error_class=h.get(hn.ERROR_CLASS, ""),
                        attempts=num(hn.ATTEMPTS), first_failure=format_ms(h.get(hn.FIRST_FAILURE)),
                        last_failure=format_ms(h.get(hn.LAST_FAILURE)), redrives=num(hn.REDRIVE_COUNT) or 0,
                        handled=handled, payload=payload,
                        payload_bytes=None if not show_payload or value is None else len(value))
+
+
+def redaction(h: Mapping[str, str]) -> str | None:
+    """The antidote.redacted* headers in one line (antidote inspect), or None."""
+    action = h.get(hn.REDACTED)
+    if action is None:
+        return None
+    try:
+        paths = [str(p) for p in json.loads(h.get(hn.REDACTED_PATHS) or "[]")]
+    except ValueError:
+        paths = [h.get(hn.REDACTED_PATHS, "")]
+    if action == "Redact":
+        return f"Redact {', '.join(paths)}" if paths else "Redact (no listed field in the value: kept as produced)"
+    why = h.get(hn.REDACTED_REASON)
+    return f"{action}: {why}" if why else action
 
 
 def inspect_filter(*, error_classes: Sequence[str], reasons: Sequence[str], since: datetime | None) -> Filter:

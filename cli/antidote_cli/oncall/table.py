@@ -58,6 +58,8 @@ def render_table(rows: Sequence[Quarantined], *, show_payload: bool = False, wid
             text = ("null (a tombstone)" if q.payload_bytes is None else
                     f"({q.payload_bytes} bytes): {json.dumps(q.payload, ensure_ascii=False)}")
             lines.append(_cut(f"    payload {text}", width))
+        if q.redacted is not None:  # what spec.quarantine removed: a Redrive refuses it
+            lines.append(_cut(f"    redacted: {q.redacted}", width))
         if q.decoded is not None:
             lines.append(_cut(f"    {decoded_text(q.decoded)}", width))
     return [_cut(line, width) for line in lines]

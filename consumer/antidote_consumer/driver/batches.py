@@ -20,6 +20,7 @@ from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
+from antidote_consumer.worker.redact import redactor_for
 
 from .disabled import QueueDisabled
 from .frames import (BatchResult, HandlerMap, batch_result, attempts_before, batch_keys, collect_results, frame,
@@ -88,7 +89,8 @@ class Runtime:
                              # Below librdkafka's 1 MB default only: room for a batch's framing.
                              max_batch_bytes=smallest - BATCH_FRAMING
                              if smallest is not None and smallest < DEFAULT_BATCH_BYTES else None)
-        self.settler = Settler(Targets(settings, partitions, self.max_bytes, self.consumer_id),
+        self.settler = Settler(Targets(settings, partitions, self.max_bytes, self.consumer_id,
+                                       redactor_for(settings)),
                                self.ledger, metrics, SystemicRule.of(settings.queue_disable),
                                RefusedCommit(self.ledger, settings.queue_disable, self._rollback,
                                              self.stopping, retry_sleep),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from antidote_api.conditions import DisableReason
@@ -21,6 +22,7 @@ from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.chosen import NOT_ATTEMPTED
 from antidote_consumer.worker.ordering import HELD_OVERFLOW
+from antidote_consumer.worker.redact import Redacted
 from antidote_consumer.worker.verdict import Verdict
 
 from .disabled import QueueDisabled
@@ -44,6 +46,9 @@ class Targets:
     partitions: int  # of the source topic, and so of every derived topic
     max_bytes: dict[str, int]  # max.message.bytes of the derived topics, read at the start
     consumer_id: str
+    # The policy's quarantine (worker.redact.Redactor): what a poison or dead-letter record
+    # keeps of its value; None keeps it byte-identical. Retry and held records never use it.
+    redact: Callable[..., Redacted] | None = None
 
 
 @dataclass
@@ -169,13 +174,24 @@ def held_record(t: Targets, r: Failure, user: list, common: dict) -> Record:
         topic = s.topics.retry[r.cycle - 1]
         hdrs = user + h.failure_headers(cycle=r.cycle, reason=None, due=r.last_failure, **base)
         hdrs.append((h.HELD, b"1"))
+        value = r.value
     else:
         topic = s.topics.poison
         hdrs = user + h.failure_headers(cycle=0, reason=HELD_OVERFLOW, disposition="Move", **base)
-    hdrs = fitted(t, topic, r.key, r.value, hdrs, r)
-    if r.kind != Verdict.HELD.value and s.native_headers:  # quarantined, like any disposition's
-        hdrs = with_native(r.key, r.value, hdrs, s.native_headers, s.handler, t.max_bytes.get(topic))
-    return (topic, r.opartition % t.partitions, r.key, r.value, hdrs)
+        value, hdrs = redacted(t, r.value, hdrs)  # quarantined, like any disposition's
+    hdrs = fitted(t, topic, r.key, value, hdrs, r)
+    if r.kind != Verdict.HELD.value and s.native_headers:
+        hdrs = with_native(r.key, value, hdrs, s.native_headers, s.handler, t.max_bytes.get(topic))
+    return (topic, r.opartition % t.partitions, r.key, value, hdrs)
+
+
+def redacted(t: Targets, value, hdrs: list) -> tuple:
+    """(value, headers) of a quarantined record under the policy's quarantine.payload: the
+    value kept, dropped or with fields hidden, and the antidote.redacted* headers saying so."""
+    if t.redact is None:
+        return value, hdrs
+    done = t.redact(value)  # never "already redacted": a source record's antidote.* are not its own
+    return done.value, hdrs + done.headers
 
 
 def disposition(t: Targets, key, value, user: list, cycle: int, reason: str, common: dict,
@@ -186,6 +202,7 @@ def disposition(t: Targets, key, value, user: list, cycle: int, reason: str, com
     if rec is None:  # Drop
         return []
     topic, hdrs = rec
+    value, hdrs = redacted(t, value, hdrs)
     hdrs = fitted(t, topic, key, value, hdrs, at)
     if s.native_headers:
         hdrs = with_native(key, value, hdrs, s.native_headers, s.handler, t.max_bytes.get(topic))

@@ -11,6 +11,7 @@ import time
 
 from antidote_consumer.worker.chosen import judged
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
+from antidote_consumer.worker.registry import RegistryUnavailable
 
 from . import outcomes
 from .frames import BatchResult
@@ -51,8 +52,17 @@ class Settler:
             assert err.at is not None  # a Fault says where it stopped
             self.last_poison(err.at["reason"], err.at["error_class"], origin)  # where it stopped
             raise err
-        done = outcomes.settlement(self.t, self.ledger.state, result, isolated, batch_id, positions,
-                                   int(time.time() * 1000))
+        while True:
+            try:
+                done = outcomes.settlement(self.t, self.ledger.state, result, isolated, batch_id,
+                                           positions, int(time.time() * 1000))
+                break
+            except RegistryUnavailable as err:  # redacting a quarantined record needs its schema
+                self.refused.again(err, "the batch's quarantined records could not be redacted "
+                                   f"{{failures}} times in a row: {err}. Nothing of the batch was "
+                                   "committed and its handlers are not run again: it stays "
+                                   "unconsumed. Make the Schema Registry reachable, then resume",
+                                   "could not be redacted")
         self.refused.commit(done.state, done.records)  # again while a record is refused
         self._report(result, done)
         return done

@@ -53,23 +53,29 @@ class RefusedCommit:
     def commit(self, state, records: list) -> None:
         """Raises QueueDisabled when the refusals disable the queue, and the refusal itself
         when a stop interrupts the wait (the batch runs again after it)."""
-        qd = self.qd
         while True:
             try:
                 self.ledger.commit(state, records)
                 return
             except RecordRefused as err:
-                failures = self.rollback(err)  # counted in the ledger, like a rollback
-                if refused_disables(failures, qd.enabled, qd.consecutive_batch_failures):
-                    raise QueueDisabled(
-                        DisableReason.CONSECUTIVE_BATCH_FAILURES,
-                        f"the batch's outcomes could not be written {failures} times in a row, "
-                        f"refused: {err}. Nothing of the batch was committed and "
-                        "its handlers are not run again: it stays unconsumed. Make the topic "
-                        "writable (it exists, this consumer may write it, its max.message.bytes "
-                        "holds the record), then resume") from err
-                delay = refused_backoff(failures, self.retry_sleep)
-                log.warning("the batch's outcomes were refused (%s): written again in %.1fs, "
-                            "without running its handlers again", err, delay)
-                if self.stopping.wait(delay):
-                    raise
+                self.again(err, "the batch's outcomes could not be written {failures} times in a "
+                           f"row, refused: {err}. Nothing of the batch was committed and its "
+                           "handlers are not run again: it stays unconsumed. Make the topic "
+                           "writable (it exists, this consumer may write it, its "
+                           "max.message.bytes holds the record), then resume", "were refused")
+
+    def again(self, err: Exception, disabled: str, what: str) -> None:
+        """One more failed try at a batch's outcomes (refused by the broker, or not made: the
+        registry that redaction needs was away): counted as a rollback, then the backoff before
+        the next try; QueueDisabled(ConsecutiveBatchFailures, `disabled` with its `{failures}`
+        filled in) at the threshold; `err` itself when a stop interrupts the wait."""
+        qd = self.qd
+        failures = self.rollback(err)  # counted in the ledger, like a rollback
+        if refused_disables(failures, qd.enabled, qd.consecutive_batch_failures):
+            raise QueueDisabled(DisableReason.CONSECUTIVE_BATCH_FAILURES,
+                                disabled.replace("{failures}", str(failures))) from err
+        delay = refused_backoff(failures, self.retry_sleep)
+        log.warning("the batch's outcomes %s (%s): tried again in %.1fs, without running its "
+                    "handlers again", what, err, delay)
+        if self.stopping.wait(delay):
+            raise err

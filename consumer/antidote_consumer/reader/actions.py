@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.kafka.topics import partitions_of
 
-from .rules import Plan, Progress, RateLimiter, ReaderReport
+from .rules import Plan, Progress, RateLimiter, ReaderReport, redrive_refusal
 
 if TYPE_CHECKING:
     from antidote_api.semantics import EffectiveSettings
@@ -67,6 +67,7 @@ class Actions:
     archive: ArchiveWriter | None
     progress: dict[int, Progress]
     pending: str | None
+    _redactor: Any = None  # worker.redact's, made when first needed (it may read the HMAC key)
 
     if TYPE_CHECKING:
         def _target(self, m: Polled, part: int) -> tuple[str, int | None, list, str]: ...
@@ -76,6 +77,29 @@ class Actions:
         def _transaction(self, records: list, progress: dict[int, Progress], **pending) -> None: ...
 
         def _ensure(self, topic: str, like: str | None, config: dict | None = None) -> None: ...
+
+    def _refused(self, part: int, m: Polled) -> bool:
+        """Whether Redrive refuses `m` (its payload was redacted or dropped: rules.redrive_refusal);
+        counted and said, one line naming the record. It stays in the topic it is read from."""
+        why = redrive_refusal(self.topic, part, m.offset, m.headers, m.found)
+        if why is None:
+            return False
+        self.report.refused += 1
+        log.error("%s", why)
+        return True
+
+    def _quarantined(self, value: bytes | None, headers: list) -> tuple[bytes | None, list]:
+        """(value, headers) of a record the reader writes to the dead-letter topic or to an
+        archive under the policy's quarantine.payload: a record quarantined while the policy
+        kept payloads is redacted now; one redacted already is left as it is."""
+        if self.s.quarantine is None:
+            return value, list(headers)
+        if self._redactor is None:
+            from antidote_consumer.worker.redact import redactor_for
+
+            self._redactor = redactor_for(self.s)
+        done = self._redactor(value, headers)
+        return done.value, list(headers) + done.headers
 
     def _redrive(self, part: int, act: list[Polled], lo: int, hi: int, keep: list[int]) -> None:
         prog = self.progress[part]
@@ -130,8 +154,8 @@ class Actions:
                (READER_ERROR_MESSAGE, h.truncate(str(err), h.MAX_MESSAGE).encode("utf-8", "replace"))]
         n = partitions_of(self.admin, dlq)
         try:
-            self._transaction([(dlq, part % n, m.key, m.value, list(m.headers) + why) for m in failed],
-                              {part: upto})
+            self._transaction([(dlq, part % n, m.key, *self._with(self._quarantined(m.value, m.headers), why))
+                               for m in failed], {part: upto})
         except Failed as dlq_err:  # nowhere to put it: stop rather than lose it
             r.faultAt = f"{self.topic}/{part}/{failed[0].offset}"
             log.error("reader stopped at %s: the dead-letter topic %s refused it too: %s",
@@ -151,7 +175,8 @@ class Actions:
         for _ in act:
             self.limiter.acquire()
         name = slice_name(self.topic, part, act[0].offset, act[-1].offset)
-        rows = [row(self.topic, part, m.offset, m.timestamp, m.key, m.value, m.headers) for m in act]
+        rows = [row(self.topic, part, m.offset, m.timestamp, m.key, *self._quarantined(m.value, m.headers))
+                for m in act]
         self._commit({}, pending=name)  # so a killed run's files are found and removed
         archive = self.archive
         assert archive is not None  # opened by the run for action Archive
@@ -175,5 +200,10 @@ class Actions:
         self.pending = name  # still pending in the ledger until a disposition commits
         self._dispose(part, act, done, last_err)
         self._commit({}, pending=None)
+
+    @staticmethod
+    def _with(record: tuple[bytes | None, list], more: list) -> tuple[bytes | None, list]:
+        value, headers = record
+        return value, headers + more
 
     # --- committing -----------------------------------------------------------------------

@@ -126,7 +126,8 @@ def plan(reader: Reader, options: ReaderOptions) -> Plan:
 # The headers a reader decides on (filter, loop guard, target partition). A poison record
 # carries a dozen of Antidote's, a stack among them: decoding all of them, once per question
 # asked, was the reader's largest cost (docs/performance.md, reader Redrive).
-READ_FIELDS = frozenset({h.ERROR_CLASS, h.REASON, h.LAST_FAILURE, h.REDRIVE_COUNT, h.ORIGINAL_PARTITION})
+READ_FIELDS = frozenset({h.ERROR_CLASS, h.REASON, h.LAST_FAILURE, h.REDRIVE_COUNT, h.ORIGINAL_PARTITION,
+                         h.REDACTED, h.REDACTED_PATHS})
 
 
 def header_map(headers: Iterable[tuple[str, bytes | None]] | None,
@@ -168,6 +169,32 @@ def redrive_headers(headers: Iterable[tuple[str, bytes | None]] | None,
     n = redrive_count(headers) if count is None else count
     own = [(k, v) for k, v in headers or () if not k.startswith(h.PREFIX)]
     return own + [(h.REDRIVE_COUNT, str(n + 1).encode())]
+
+
+def redrive_refusal(topic: str, partition: int, offset: int,
+                    headers: Iterable[tuple[str, bytes | None]] | None,
+                    found: Mapping[str, str] | None = None) -> str | None:
+    """Why the record at topic/partition/offset cannot be redriven, or None: its payload was
+    dropped or had fields masked by the policy's quarantine.payload (a handler would process
+    a value that is not the one produced). A Redact that matched no field left the value as it
+    was produced; that record is redriven as any other."""
+    if found is None:
+        found = read_fields(headers)
+    action = found.get(h.REDACTED)
+    if action is None:
+        return None
+    where = f"{topic}/{partition}/{offset}"
+    if action == "Redact":
+        try:
+            paths = json.loads(found.get(h.REDACTED_PATHS) or "[]")
+        except ValueError:
+            paths = ["?"]
+        if not paths:
+            return None
+        return (f"cannot redrive {where}: its payload was redacted ({', '.join(map(str, paths))} "
+                "masked or hashed): it cannot be processed again; Archive or Drop it")
+    return (f"cannot redrive {where}: its payload was dropped ({h.REDACTED}: {action}): it "
+            "cannot be processed again; Archive or Drop it")
 
 
 def original_partition(headers: Iterable[tuple[str, bytes | None]] | None,
@@ -266,6 +293,7 @@ class ReaderReport:
     rejected: int = 0
     skippedByFilter: int = 0  # noqa: N815
     failed: int = 0  # messages the reader's own action could not handle (after retries)
+    refused: int = 0  # Redrive: messages whose payload was redacted or dropped, left in place
     archivePath: str | None = None  # noqa: N815
     faultAt: str | None = None  # noqa: N815
 
@@ -282,7 +310,7 @@ class ReaderReport:
         parts = [f"{n} {k}" for k, n in (
             ("redriven", self.redriven), ("parked", self.parked), ("archived", self.archived),
             ("dropped", self.dropped), ("held", self.held), ("rejected", self.rejected),
-            ("failed", self.failed)) if n]
+            ("failed", self.failed), ("refused (payload redacted)", self.refused)) if n]
         text = (f"reader ({self.action}{', dry run' if self.dryRun else ''}) over the {self.source} "
                 f"topic: {verb} {self.messages} message(s)"
                 + (f": {', '.join(parts)}" if parts else "")

@@ -318,6 +318,9 @@ class _Run(Actions):
                 keep.append(m.offset)
                 continue
             r.messages += 1
+            if self.p.action == "Redrive" and self._refused(part, m):
+                keep.append(m.offset)  # left in place, for Archive or Drop
+                continue
             if self.p.action == "Hold":
                 r.held += 1
                 keep.append(m.offset)

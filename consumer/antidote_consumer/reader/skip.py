@@ -111,23 +111,41 @@ def _skip(s: EffectiveSettings, bootstrap: str, conf: dict, dry_run: bool) -> Sk
     new.skipped.append(f"{f['topic']}:{f['partition']}:{f['offset']}")
     new.fault = None
     new.counts["moved"] += 1
+    value, headers = _redacted(s, msg.value(), headers)  # quarantined: the policy's quarantine
     # The poison topic has the source's partition count: the record keeps its partition.
-    ledger.commit(new, [(s.topics.poison, origin.partition, msg.key(), msg.value(),
-                         _fitted(msg, headers, s.topics.poison, bootstrap, conf,
+    ledger.commit(new, [(s.topics.poison, origin.partition, msg.key(), value,
+                         _fitted(msg, value, headers, s.topics.poison, bootstrap, conf,
                                  s.native_headers, s.handler))])
     return out
 
 
-def _fitted(msg, headers: list, topic: str, bootstrap: str, conf: dict, native: list[str],
+def _redacted(s: EffectiveSettings, value, headers: list) -> tuple:
+    """The value and headers under the policy's quarantine.payload (worker.redact), or
+    SkipError when the HMAC key or the registry it needs cannot be read: nothing is moved."""
+    from antidote_consumer.worker.redact import RedactionKeyError, redactor_for
+    from antidote_consumer.worker.registry import RegistryUnavailable
+
+    try:
+        red = redactor_for(s)
+        if red is None:
+            return value, headers
+        done = red(value)  # a source record: any antidote.redacted it carries is not Antidote's
+    except (RedactionKeyError, RegistryUnavailable) as err:
+        raise SkipError(f"the message cannot be redacted as spec.quarantine says: {err}; run skip "
+                        "where that is readable (the driver's pod). Nothing was changed") from None
+    return done.value, headers + done.headers
+
+
+def _fitted(msg, value, headers: list, topic: str, bootstrap: str, conf: dict, native: list[str],
             handler: str) -> list:
     """`headers` shortened to fit `topic` (see headers.fit_record), or SkipError; with the
     policy's Kafka-native headers (native_headers.py), as every quarantined record."""
     from confluent_kafka.admin import AdminClient
 
     limit = max_message_bytes(AdminClient({**conf, "bootstrap.servers": bootstrap}), topic)
-    fitted = h.fit_record(msg.key(), msg.value(), headers, limit)
+    fitted = h.fit_record(msg.key(), value, headers, limit)
     if fitted is None:
         raise SkipError(f"the message at {msg.topic()}/{msg.partition()}/{msg.offset()} does not fit "
                         f"{topic} (max.message.bytes {limit}); raise that, then skip again. "
                         "Nothing was changed")
-    return with_native(msg.key(), msg.value(), fitted, native, handler, limit) if native else fitted
+    return with_native(msg.key(), value, fitted, native, handler, limit) if native else fitted

@@ -70,8 +70,10 @@ def quantity_mib(mib: int) -> str:
 
 def secret_names(settings: EffectiveSettings) -> list[str]:
     """Secrets the consumer reads Kafka client properties (and the Schema Registry's
-    credentials) from, by reference, never copied."""
-    refs = [settings.source.secret_ref]
+    credentials, the HMAC key of quarantine.hashKeyRef) from, by reference, never copied."""
+    refs: list = [settings.source.secret_ref]
+    if settings.quarantine is not None:
+        refs.append(settings.quarantine.hash_key_ref)
     if settings.source.schema_registry is not None:
         refs.append(settings.source.schema_registry.secret_ref)
     if settings.sink is not None and settings.sink.kafka is not None:
