@@ -94,6 +94,9 @@ def _rules(node: dict[str, Any], path: str) -> Iterator[list[str]]:
         where = path + rule.get("fieldPath", "")
         yield [f"`{where or '(object)'}`", _code(rule["rule"]), rule["message"]]
     target = node["items"] if node.get("type") == "array" else node
+    if target is not node:  # rules of a list's items (a PoisonPolicy route's)
+        for rule in target.get("x-kubernetes-validations", []):
+            yield [f"`{path}[]{rule.get('fieldPath', '')}`", _code(rule["rule"]), rule["message"]]
     for name, sub in target.get("properties", {}).items():
         yield from _rules(sub, f"{path}{'[]' if target is not node else ''}.{name}")
 
