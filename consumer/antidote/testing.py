@@ -50,7 +50,7 @@ from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicy, PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
 from antidote_api.names import ledger_names
-from antidote_consumer.driver.outcome_records import (OUTCOME_OF, disposition_record, retry_bound_ms,
+from antidote_consumer.driver.outcome_records import (OUTCOME_OF, disposition_of, disposition_record, retry_bound_ms,
                                                       retry_record)
 from antidote_consumer.driver.worker_config import worker_config
 from antidote_consumer.kafka import headers as h
@@ -260,15 +260,17 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
                            bound=retry_bound_ms(s), user=list(user), common=common)
         return Result("retried", delay_ms=rec.delay_ms, due=rec.due, topic=rec.topic,
                       headers=rec.headers, **failed)
-    if s.disposition == "Fault":
+    disposition = disposition_of(s, out.route)  # the policy's, or its route's (spec.routes)
+    if disposition == "Fault":
         return Result("fault", **failed)
-    written = disposition_record(s, cycle=cycle, reason=row.reason, user=list(user), common=common)
+    written = disposition_record(s, cycle=cycle, reason=row.reason, user=list(user), common=common,
+                                 route=out.route)
     if written is None:
-        return Result(OUTCOME_OF[s.disposition], **failed)
+        return Result(OUTCOME_OF[disposition], **failed)
     topic, hdrs = written
     if s.native_headers:
         hdrs = with_native(current.key, current.value, hdrs, s.native_headers, s.handler, None)
-    return Result(OUTCOME_OF[s.disposition], topic=topic, headers=hdrs, **failed)
+    return Result(OUTCOME_OF[disposition], topic=topic, headers=hdrs, **failed)
 
 
 def run_all(handler: Callable[..., Any] | str, msg: Message, policy: PolicyLike = None, *,
