@@ -4,6 +4,7 @@ route's topic."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -17,6 +18,8 @@ from antidote_consumer.reader.rules import ReaderError, ReaderOptions
 
 from antidote_testkit import consumers as cu
 from antidote_testkit.kafka_io import produce, read_all
+
+from .test_consumer_edges import _ledger
 
 pytestmark = pytest.mark.integration
 
@@ -163,3 +166,37 @@ def test_validation_max_age_refuses_stale_records_without_calling_the_handler(
     assert per[f"{source}/0/0"] == 0 and per[f"{source}/0/3"] == 0  # never called
     assert per[f"{source}/0/1"] == 1 and per[f"{source}/0/2"] == 1
     assert cu.metric(m, "antidote_messages_total", outcome="rejected") == 2
+
+
+def test_a_routes_topic_that_refuses_writes_is_a_refused_settle_like_the_poison_topics(
+        spark, kafka_bootstrap, kafka_admin, topic_factory, tmp_path, calls_dir, caplog) -> None:
+    source = topic_factory()
+    declined = f"{source}-declined"
+    produce(kafka_bootstrap, source, [(b"k0", b"m0", None), (b"k1", b"declined", None), (b"k2", b"m2", None)])
+    s = _settings(kafka_bootstrap, source, tmp_path, policy={
+        "retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
+        "queueDisable": {"consecutiveBatchFailures": 3},
+        "routes": [{"errors": [PAYMENT], "disposition": "Reject", "topic": declined}]})
+
+    def delete_route_topic(consumer) -> None:
+        # After the start created it; the dev broker creates no topic on a write.
+        for fut in kafka_admin.delete_topics([declined]).values():
+            fut.result(timeout=30)
+
+    caplog.set_level(logging.INFO, logger="antidote.consumer")
+    code, _ = cu.run(spark, s, retry_sleep=0.1, deadline=90, recovered=delete_route_topic)
+
+    # The retry batch's settle is refused 3 times without its handler running again: (0 + 1)
+    # x (1 + 1) = 2 calls, then the queue is disabled, naming the route's topic.
+    assert code == ExitCode.CONSECUTIVE_BATCH_FAILURES
+    assert cu.calls(calls_dir, source)[f"{source}/0/1"] == 2
+    state = _ledger(kafka_bootstrap, s)
+    assert state.disabled == "ConsecutiveBatchFailures" and state.counts["rejected"] == 0
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue disabled")]
+    assert f"{declined}: " in line and "Unknown topic" in line, line
+
+    # A resume's start creates the topic again, and the outcome is written once.
+    code, _ = cu.run(spark, cu.resumed(s))
+    assert code == ExitCode.OK
+    assert list(cu.quarantined(kafka_bootstrap, declined)) == [(0, 1)]
+    assert _ledger(kafka_bootstrap, s).counts["rejected"] == 1
