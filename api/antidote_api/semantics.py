@@ -19,6 +19,7 @@ from .formats import needs_registry
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, QueueDisable, Reader, Retries, Validation
 from .types import Disposition, NativeHeaderSet, RouteDisposition
+from .names import ledger_topic, parking_topic
 from .wire import READER_SOURCES
 
 MAX_TOPIC_LENGTH = 249
@@ -173,14 +174,19 @@ class EffectiveRoute(ApiModel):
 def routes(policy: PoisonPolicySpec, t: EffectiveTopics, sink_topic: str | None = None
            ) -> list[EffectiveRoute]:
     """The policy's routes, their topics resolved; ValueError naming `spec.routes[i].topic`
-    when one is the source, the sink or a retry topic (a route's record would be read again as
-    a new message, or parked where only Antidote's retry records belong)."""
+    when one is the source, the sink, a retry topic, the parking topic or a ledger topic of the
+    source (a route's record would be read again as a new message, or land where only
+    Antidote's own records belong)."""
     out = []
+    taken = {t.source: "the source topic", parking_topic(t.source): "the reader's parking topic",
+             **{name: "a retry topic" for name in t.retry}}
+    if sink_topic is not None:
+        taken[sink_topic] = "the sink's topic"
     for i, r in enumerate(policy.routes or ()):
         topic = None if r.disposition == "Drop" else r.topic or (t.poison if r.disposition == "Move" else t.dlq)
-        taken = {t.source: "the source topic", **{name: "a retry topic" for name in t.retry}}
-        if sink_topic is not None:
-            taken[sink_topic] = "the sink's topic"
+        if topic is not None and topic.startswith(ledger_topic(t.source, "", "")):
+            raise ValueError(f"spec.routes[{i}].topic: {topic} is named like a ledger topic of "
+                             f"{t.source} ({ledger_topic(t.source, '', '')}-...); a route needs a topic of its own")
         if topic in taken:
             raise ValueError(f"spec.routes[{i}].topic: {topic} is {taken[topic]}; a route needs a "
                              "topic of its own (or the poison or dead-letter topic)")

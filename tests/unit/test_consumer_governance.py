@@ -212,7 +212,11 @@ def test_settings_resolve_route_topics_and_refuse_the_source_sink_and_retry_topi
              ({"routes": [{"errors": ["A"], "disposition": "Reject", "topic": "orders.out"}]},
               {"sink": {"kafka": {"topic": "orders.out"}}}, r"spec.routes\[0\].topic: orders.out is the sink's topic"),
              ({"retries": {"cycles": 1}, "routes": [{"errors": ["A"], "disposition": "Move", "topic": "orders.retry-1"}]},
-              None, r"spec.routes\[0\].topic: orders.retry-1 is a retry topic")]
+              None, r"spec.routes\[0\].topic: orders.retry-1 is a retry topic"),
+             ({"routes": [{"errors": ["A"], "disposition": "Move", "topic": "orders.parking"}]}, None,
+              r"spec.routes\[0\].topic: orders.parking is the reader's parking topic"),
+             ({"routes": [{"errors": ["A"], "disposition": "Move", "topic": "orders.ledger-shop.c"}]}, None,
+              r"spec.routes\[0\].topic: orders.ledger-shop.c is named like a ledger topic of orders")]
     for policy, consumer, match in cases:
         with pytest.raises(ValueError, match=match):
             settings(policy, consumer)

@@ -85,10 +85,11 @@ class Settler:
         for reason, _error_class, _origin, disposition in done.poisoned:
             m.poison.labels(**ids, reason=reason, disposition=disposition).inc()
         if done.poisoned:
-            reason, error_class, origin, _disposition = done.poisoned[-1]
+            reason, error_class, origin, disposition = done.poisoned[-1]
             self.last_poison(reason, error_class, origin)
+            # The last one's disposition: the policy's, or its route's (spec.routes).
             log.warning("%d message(s) got disposition %s; last: %s/%d/%d (%s, %s)", len(done.poisoned),
-                        s.disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
+                        disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
 
     def last_poison(self, reason: str, error_class: str | None, origin) -> None:
         self.metrics.set_last_poison(reason, error_class, origin.topic, origin.partition, origin.offset,

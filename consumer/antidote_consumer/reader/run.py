@@ -24,7 +24,7 @@ from typing import cast
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from antidote_api.names import ledger_topic, reader_group_id, transactional_id
+from antidote_api.names import ledger_topic, parking_topic, reader_group_id, transactional_id
 from antidote_api.semantics import EffectiveSettings, reader_topic
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.retry import retrying
@@ -48,10 +48,6 @@ EOF_WAIT = 70.0  # longest wait for an open transaction in the read topic (its t
 # read: the client's own request timeout (librdkafka's socket.timeout.ms, 60 s) and a margin.
 # Past it the broker does not deliver, and the run stops with an error instead of polling on.
 READ_WAIT = 70.0
-
-
-def parking_topic(source: str) -> str:
-    return f"{source}.parking"
 
 
 def group_id(settings: EffectiveSettings) -> str:

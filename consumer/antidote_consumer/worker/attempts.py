@@ -67,7 +67,7 @@ def plan_of(cfg) -> Plan:
         from antidote_api.semantics import message_checker
 
         check = message_checker(Validation.model_validate(cfg.validation))
-    return Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check, getattr(cfg, "governance", None))
+    return Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check, cfg.governance)
 
 
 def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:
