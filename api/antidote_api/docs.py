@@ -24,8 +24,9 @@ order: `30s`, `10m`, `1h30m`, `250ms`.
 
 Semantics:
 - A message that always fails is attempted exactly `(retries.immediate + 1) x (retries.cycles + 1)`
-  times, then gets its `disposition`. Cycle k (1-based) waits `cycleDelay x backoff^(k-1)`,
-  at most `maxCycleDelay`.
+  times, then gets its `disposition` (or, with `routes`, the first matching route's).
+  Cycle k (1-based) waits `cycleDelay x backoff^(k-1)`, at most `maxCycleDelay`; with
+  `retries.maxAge`, one that would start too late is not started (reason `expired`).
 - Derived topics of a source topic `T`: `T.retry-1` ... `T.retry-<cycles>`, `T.poison`
   (for `Move`), `T.dlq` (for `Reject`); `spec.topics` overrides them.
 - `validation` failures and `nonRetryable` exceptions skip all retries.
