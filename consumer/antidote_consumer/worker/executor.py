@@ -300,7 +300,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
             # message (an Outcome, enum lookups), as much as a small handler. run_pass takes
             # over when validation refuses the message or the first attempt fails.
             result = failed = None
-            if check is not None and check(value) is not None or not cycle and msg.timestamp < stale:
+            if check is not None and check(value) is not None or stale > 0 and not cycle and msg.timestamp < stale:
                 result = run_pass(msg, timed, plan, cycle)  # the validation verdict
             else:
                 # Under the time limit: the watchdog reads these two (see deadline.py).
