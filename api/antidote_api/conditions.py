@@ -94,6 +94,7 @@ class PoisonConditionReason(StrEnum):
     VALIDATION = "Validation"
     BATCH_ISOLATION = "BatchIsolation"
     HELD_OVERFLOW = "HeldOverflow"
+    EXPIRED = "Expired"
 
 
 

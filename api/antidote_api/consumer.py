@@ -352,7 +352,7 @@ class Counts(ApiModel):
 class LastPoison(ApiModel):
     time: datetime = Field(description="When the message got its disposition.")
     reason: PoisonReason = Field(description="Why: `max-attempts`, `non-retryable`, `validation`, "
-                                             "`batch-isolation` or `held-overflow`.")
+                                             "`batch-isolation`, `held-overflow` or `expired`.")
     error_class: str | None = Field(None, max_length=256, description="Exception class of the last failure.")
     disposition: Disposition = Field(description="What became of it.")
     topic: TopicName = Field(description="Original topic.")

@@ -24,8 +24,9 @@ order: `30s`, `10m`, `1h30m`, `250ms`.
 
 Semantics:
 - A message that always fails is attempted exactly `(retries.immediate + 1) x (retries.cycles + 1)`
-  times, then gets its `disposition`. Cycle k (1-based) waits `cycleDelay x backoff^(k-1)`,
-  at most `maxCycleDelay`.
+  times, then gets its `disposition` (or, with `routes`, the first matching route's).
+  Cycle k (1-based) waits `cycleDelay x backoff^(k-1)`, at most `maxCycleDelay`; with
+  `retries.maxAge`, one that would start too late is not started (reason `expired`).
 - Derived topics of a source topic `T`: `T.retry-1` ... `T.retry-<cycles>`, `T.poison`
   (for `Move`), `T.dlq` (for `Reject`); `spec.topics` overrides them.
 - `validation` failures and `nonRetryable` exceptions skip all retries.
@@ -94,6 +95,9 @@ def _rules(node: dict[str, Any], path: str) -> Iterator[list[str]]:
         where = path + rule.get("fieldPath", "")
         yield [f"`{where or '(object)'}`", _code(rule["rule"]), rule["message"]]
     target = node["items"] if node.get("type") == "array" else node
+    if target is not node:  # rules of a list's items (a PoisonPolicy route's)
+        for rule in target.get("x-kubernetes-validations", []):
+            yield [f"`{path}[]{rule.get('fieldPath', '')}`", _code(rule["rule"]), rule["message"]]
     for name, sub in target.get("properties", {}).items():
         yield from _rules(sub, f"{path}{'[]' if target is not node else ''}.{name}")
 

@@ -9,10 +9,12 @@ flags (`antidote_consumer.reader.options.parse_options`, the same names and chec
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .times import parse_iso
+from .types import TOPIC_PATTERN
 from .wire import POISON_REASONS, READER_ACTIONS, READER_SOURCES
 
 
@@ -30,7 +32,7 @@ class DrainRequest:
     until: str | None = None
     rate: int | None = None
     dry_run: bool = False
-    source: str | None = None  # poison | dlq
+    source: str | None = None  # poison | dlq | a route's topic (spec.routes), by name
 
     def annotation(self) -> str:
         doc: dict[str, Any] = {"id": self.id}
@@ -107,8 +109,10 @@ def parse_drain(value: str) -> DrainRequest:
     if not isinstance(dry, bool):
         raise ValueError("dryRun must be true or false")
     source = doc.get("from")
-    if source is not None and source not in READER_SOURCES:
-        raise ValueError("from must be poison or dlq")
+    if source is not None and source not in READER_SOURCES and not (
+            isinstance(source, str) and re.fullmatch(TOPIC_PATTERN, source)):
+        # A route's topic by name: the reader Job checks that the policy has such a route.
+        raise ValueError("from must be poison, dlq or a route's topic")
     since = _iso(doc["since"], "since") if doc.get("since") is not None else None
     until = _iso(doc["until"], "until") if doc.get("until") is not None else None
     return DrainRequest(id=rid, action=action, error_classes=tuple(classes), reasons=tuple(reasons),

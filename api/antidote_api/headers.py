@@ -26,6 +26,9 @@ REDRIVE_COUNT = PREFIX + "redrive.count"
 # On a record parked in a retry topic only to keep its key's order (QueueConsumer spec.ordering
 # Key): it was not attempted; it runs once the message of its key ahead has its outcome.
 HELD = PREFIX + "held"
+# On a record a PoisonPolicy route sent (spec.routes): the matching route's index, 0-based,
+# as in `routes[0]`; absent when the policy's own disposition applied.
+ROUTE = PREFIX + "route"
 # Set by `antidote skip` on the record it moved past a Fault: when (epoch ms).
 SKIPPED_AT = PREFIX + "skipped.at"
 

@@ -49,6 +49,11 @@ def ledger_topic(source: str, namespace: str, consumer: str) -> str:
     return f"{source}.ledger-{who}" if who else f"{source}.ledger"
 
 
+def parking_topic(source: str) -> str:
+    """Where a reader's Redrive parks a message redriven maxRedrives times (the loop guard)."""
+    return f"{source}.parking"
+
+
 @dataclass(frozen=True)
 class LedgerNames:
     topic: str

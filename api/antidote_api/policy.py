@@ -15,8 +15,11 @@ from .duration import Duration
 from .redaction import HASH, PATH_PATTERN, REDACT, PayloadHandling, RedactMode, parse_path
 from .wire import POISON_REASONS, READER_ACTIONS
 from .types import (API_VERSION, ApiVersionField, ClassName, Cron, Disposition, FreeObject,
-                    KindField, Metadata, NativeHeaderSet, Named, ObjectName, PoisonReason, SetOf,
-                    TopicName, seed)
+                    KindField, Metadata, NativeHeaderSet, Named, ObjectName, PoisonReason,
+                    RouteDisposition, SetOf, TopicName, seed)
+
+# The word a route lists (beside exception class names) for records `validation` refused.
+VALIDATION_ERRORS = "validation"
 
 
 class Retries(ApiModel):
@@ -60,8 +63,19 @@ class Retries(ApiModel):
                     "long for one call to a downstream service and short enough that a stopping "
                     "driver cuts a hung batch well within its pod's grace period.",
         json_schema_extra=seed("SQS visibility timeout; Lambda function timeout"))
+    max_age: Duration | None = Field(
+        None,
+        description="Oldest a failing message may be when its next retry cycle would start, "
+                    "counted from its record's Kafka timestamp (CreateTime, or the broker's "
+                    "LogAppendTime when the source topic is set so) to that cycle's due time: an "
+                    "older one gets its disposition at once, reason `expired`, instead of another "
+                    "cycle. A timestamp in the future (a producer's clock ahead) counts as age 0. "
+                    "Default: no limit.",
+        json_schema_extra=seed("Spring Kafka retry topics' timeout; Lambda MaximumRecordAgeInSeconds"))
 
     rules = (
+        Rule("!has(self.maxAge) || duration(self.maxAge) > duration('0s')",
+             "must be longer than 0s", lambda r: r.max_age is None or r.max_age.ms > 0, field="maxAge"),
         Rule("!has(self.attemptTimeout) || duration(self.attemptTimeout) >= duration('100ms')",
              "must be at least 100ms", lambda r: r.attempt_timeout.ms >= 100, field="attemptTimeout"),
         Rule("!has(self.maxCycleDelay) || duration(self.maxCycleDelay) >= duration(self.cycleDelay)",
@@ -83,8 +97,18 @@ class Validation(ApiModel):
         None,
         description="JSON Schema (draft 2020-12 unless `$schema` says otherwise) the decoded value "
                     "must match; needs `format: json`.")
+    max_age: Duration | None = Field(
+        None,
+        description="Oldest a record may be when it is first read from the source topic, from its "
+                    "Kafka timestamp (CreateTime, or LogAppendTime when the topic is set so): an "
+                    "older one is refused at once like invalid content (reason `validation`, no "
+                    "handler call; the error message names `validation.maxAge`). A timestamp in "
+                    "the future counts as age 0. Default: no limit.",
+        json_schema_extra=seed("Lambda MaximumRecordAgeInSeconds; Service Bus TimeToLive"))
 
     rules = (
+        Rule("!has(self.maxAge) || duration(self.maxAge) > duration('0s')",
+             "must be longer than 0s", lambda v: v.max_age is None or v.max_age.ms > 0, field="maxAge"),
         Rule("!has(self.jsonSchema) || (has(self.format) && self.format == 'json')",
              "needs format: json",
              lambda v: v.json_schema is None or v.format == "json", field="jsonSchema"),
@@ -114,6 +138,30 @@ class Topics(ApiModel):
     dlq: TopicName | None = Field(
         None, description="Where `Reject` sends a message. Default: `<source>.dlq`.",
         json_schema_extra=seed("Kafka Connect errors.deadletterqueue.topic.name; SQS deadLetterTargetArn"))
+
+
+class Route(ApiModel):
+    errors: SetOf(ClassName) = Field(  # type: ignore[valid-type]  # SetOf builds an Annotated list
+        min_length=1,
+        description="What the route takes: exception classes by their fully qualified name, as "
+                    "the `antidote.error.class` header writes them (`payments.CardDeclined`, "
+                    "`ValueError`), subclasses included; and the word `validation` for records "
+                    "the policy's `validation` (or a format's decoding) refused.",
+        json_schema_extra=seed("Spring Kafka DLT routing by exception (dltRoutingRules)"))
+    disposition: RouteDisposition = Field(
+        description="What becomes of a message the route takes, after its last attempt: `Move`, "
+                    "`Reject` or `Drop` (`Fault` is the policy's own disposition only).")
+    topic: TopicName | None = Field(
+        None,
+        description="Where the route writes (`Move`, `Reject`). Default: the policy's poison "
+                    "topic for `Move`, its dead-letter topic for `Reject`. Created like the "
+                    "derived topics; it may not be the source, the sink or a retry topic.")
+
+    rules = (
+        Rule("!has(self.topic) || self.disposition != 'Drop'",
+             "a Drop route writes no record: leave topic out",
+             lambda r: r.topic is None or r.disposition != "Drop", field="topic"),
+    )
 
 
 class FailureRatio(ApiModel):
@@ -351,6 +399,13 @@ class PoisonPolicySpec(ApiModel):
         json_schema_extra=seed("Kafka Connect errors.deadletterqueue.context.headers.enable; KIP-1191"))
     reader: Reader = Field(default_factory=Reader, description="Poison-queue reader jobs.",
                            json_schema_extra=seed("WCF poison-message service; SQS redrive"))
+    routes: list[Route] | None = Field(
+        None, max_length=16,
+        description="Dispositions by error: a message whose final failure a route lists gets the "
+                    "route's disposition and topic instead of the policy's; the first route that "
+                    "matches wins, and a message no route matches gets `disposition`. Retries are "
+                    "the same whatever the route. Default: none.",
+        json_schema_extra=seed("Spring Kafka DLT routing by exception"))
 
     rules = (
         Rule("!has(self.topics) || !has(self.topics.retry) || size(self.topics.retry) == self.retries.cycles",

@@ -19,7 +19,9 @@ from .formats import needs_registry
 from .duration import Duration
 from .policy import Payload, PoisonPolicySpec, Quarantine, QueueDisable, Reader, Retries, Validation
 from .redaction import KEEP
-from .types import Disposition, NativeHeaderSet
+from .types import Disposition, NativeHeaderSet, RouteDisposition
+from .names import ledger_topic, parking_topic
+from .wire import READER_SOURCES
 
 MAX_TOPIC_LENGTH = 249
 
@@ -142,6 +144,7 @@ class EffectiveRetries(ApiModel):
                                       description="Longest one handler call may run.")
     max_cycle_delay: Duration | None = Field(
         None, description="The policy's maxCycleDelay: also the cap of a handler's Retry(after=...).")
+    max_age: Duration | None = Field(None, description="The policy's retries.maxAge.")
 
 
 def retry_after_bound(r: EffectiveRetries) -> Duration | None:
@@ -158,6 +161,62 @@ def longest_retry_delay(r: EffectiveRetries) -> Duration:
     what the retry topics' retention is sized by."""
     return max([*r.cycle_delays, *([r.max_cycle_delay] if r.cycle_delays and r.max_cycle_delay else [])],
                default=Duration(0))
+
+
+class EffectiveRoute(ApiModel):
+    """A PoisonPolicy route with its topic resolved: the policy's poison topic for Move and
+    dead-letter topic for Reject when it names none; None for Drop (nothing is written)."""
+
+    errors: list[str]
+    disposition: RouteDisposition
+    topic: str | None
+
+
+def routes(policy: PoisonPolicySpec, t: EffectiveTopics, sink_topic: str | None = None
+           ) -> list[EffectiveRoute]:
+    """The policy's routes, their topics resolved; ValueError naming `spec.routes[i].topic`
+    when one is the source, the sink, a retry topic, the parking topic or a ledger topic of the
+    source (a route's record would be read again as a new message, or land where only
+    Antidote's own records belong)."""
+    out = []
+    taken = {t.source: "the source topic", parking_topic(t.source): "the reader's parking topic",
+             **{name: "a retry topic" for name in t.retry}}
+    if sink_topic is not None:
+        taken[sink_topic] = "the sink's topic"
+    for i, r in enumerate(policy.routes or ()):
+        topic = None if r.disposition == "Drop" else r.topic or (t.poison if r.disposition == "Move" else t.dlq)
+        if topic is not None and topic.startswith(ledger_topic(t.source, "", "")):
+            raise ValueError(f"spec.routes[{i}].topic: {topic} is named like a ledger topic of "
+                             f"{t.source} ({ledger_topic(t.source, '', '')}-...); a route needs a topic of its own")
+        if topic in taken:
+            raise ValueError(f"spec.routes[{i}].topic: {topic} is {taken[topic]}; a route needs a "
+                             "topic of its own (or the poison or dead-letter topic)")
+        out.append(EffectiveRoute(errors=list(r.errors), disposition=r.disposition, topic=topic))
+    return out
+
+
+def route_topics(s: EffectiveSettings) -> list[str]:
+    """The routes' own topics, beyond the poison and dead-letter topics, each once: created
+    and checked at start like the derived topics (kafka.topics.ensure_topics)."""
+    out: list[str] = []
+    for r in s.routes or ():
+        if r.topic is not None and r.topic not in (s.topics.poison, s.topics.dlq, *out):
+            out.append(r.topic)
+    return out
+
+
+def reader_topic(s: EffectiveSettings, source: str) -> str:
+    """The topic a reader job (or `antidote inspect`) reads for `--from`: `poison`, `dlq`, or
+    the topic of one of the policy's routes, by name. ValueError naming the choices."""
+    if source == "poison":
+        return s.topics.poison
+    if source == "dlq":
+        return s.topics.dlq
+    own = sorted({r.topic for r in s.routes or () if r.topic is not None})
+    if source in own:
+        return source
+    raise ValueError(f"--from {source}: not {', '.join(READER_SOURCES)} or a route's topic"
+                     + (f" ({', '.join(own)})" if own else " (the policy has no route with a topic)"))
 
 
 class EffectiveKafkaSink(ApiModel):
@@ -216,6 +275,8 @@ class EffectiveSettings(ApiModel):
     # Keep, so the settings (and their hash) of consumers that keep payloads are unchanged.
     quarantine: Quarantine | None = Field(
         None, description="What poison and dead-letter records keep of a value (the policy's quarantine).")
+    # The policy's routes (spec.routes), topics resolved; None without any, as volumes.
+    routes: list[EffectiveRoute] | None = Field(None, description="The policy's routes.")
     resume_token: str | None = Field(
         None, description="Set by the operator when it re-enables a disabled queue (the time of "
                           "that resume). A consumer whose ledger says its queue is disabled starts "
@@ -246,20 +307,24 @@ def resolve(consumer: QueueConsumerSpec, policy: PoisonPolicySpec, *, name: str 
             namespace: str = "") -> EffectiveSettings:
     """The effective settings of consumer `namespace/name` under `policy`."""
     r = policy.retries
+    sink = _sink(consumer)
+    derived = topics(policy, consumer.source.kafka.topic)
     return EffectiveSettings(
         namespace=namespace, consumer=name, policy=consumer.policy_ref.name,
         paused=consumer.paused, handler=consumer.handler,
-        source=consumer.source.kafka, sink=_sink(consumer),
+        source=consumer.source.kafka, sink=sink,
         spark=consumer.spark, checkpoint=consumer.checkpoint,
         retries=EffectiveRetries(
             immediate=r.immediate, cycles=r.cycles, max_attempts=max_attempts(policy),
             cycle_delays=[cycle_delay(policy, k) for k in range(1, r.cycles + 1)],
             non_retryable=list(r.non_retryable), attempt_timeout=r.attempt_timeout,
-            max_cycle_delay=r.max_cycle_delay),
+            max_cycle_delay=r.max_cycle_delay, max_age=r.max_age),
         validation=policy.validation, disposition=policy.disposition,
-        topics=topics(policy, consumer.source.kafka.topic),
+        topics=derived,
         queue_disable=policy.queue_disable, payload=policy.payload, reader=policy.reader,
         ordering=consumer.ordering, max_held_per_key=consumer.max_held_per_key,
         volumes=consumer.volumes, env=consumer.env, env_from=consumer.env_from,
         native_headers=list(policy.native_headers),
-        quarantine=policy.quarantine if policy.quarantine is not None and policy.quarantine.payload != KEEP else None)
+        quarantine=policy.quarantine if policy.quarantine is not None and policy.quarantine.payload != KEEP else None,
+        routes=routes(policy, derived, sink.kafka.topic if sink is not None and sink.kafka is not None
+                      else None) or None)

@@ -40,6 +40,8 @@ class Named:
 
 
 Disposition = Literal["Move", "Reject", "Drop", "Fault"]
+# A PoisonPolicy route's: Fault stops the whole consumer, so only the policy itself sets it.
+RouteDisposition = Literal["Move", "Reject", "Drop"]
 # Why a message was quarantined; also the `antidote.reason` header of quarantined records.
 PoisonReason = Literal[POISON_REASONS]  # type: ignore[valid-type]  # wire.PoisonReason's values
 # Kafka-native error header sets written beside `antidote.*` (PoisonPolicy spec.nativeHeaders):

@@ -68,6 +68,8 @@ class PoisonReason(StrEnum):
     BATCH_ISOLATION = "batch-isolation"
     # spec.ordering Key: one more message of a key than spec.maxHeldPerKey (see ordering).
     HELD_OVERFLOW = "held-overflow"
+    # retries.maxAge: too old for another retry cycle (docs/consumer.md, "Age limits").
+    EXPIRED = "expired"
 
 
 POISON_REASONS = tuple(r.value for r in PoisonReason)
@@ -78,6 +80,7 @@ POISON_CONDITION_REASONS = {
     PoisonReason.VALIDATION.value: PoisonConditionReason.VALIDATION.value,
     PoisonReason.BATCH_ISOLATION.value: PoisonConditionReason.BATCH_ISOLATION.value,
     PoisonReason.HELD_OVERFLOW.value: PoisonConditionReason.HELD_OVERFLOW.value,
+    PoisonReason.EXPIRED.value: PoisonConditionReason.EXPIRED.value,
 }
 
 # The outcomes of a pass (`antidote_messages{outcome}`, status.counts).

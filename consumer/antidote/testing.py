@@ -52,7 +52,7 @@ from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicy, PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
 from antidote_api.names import ledger_names
-from antidote_consumer.driver.outcome_records import (OUTCOME_OF, disposition_record, retry_bound_ms,
+from antidote_consumer.driver.outcome_records import (OUTCOME_OF, disposition_of, disposition_record, retry_bound_ms,
                                                       retry_record)
 from antidote_consumer.driver.worker_config import worker_config
 from antidote_consumer.kafka import headers as h
@@ -262,11 +262,13 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
                            bound=retry_bound_ms(s), user=list(user), common=common)
         return Result("retried", delay_ms=rec.delay_ms, due=rec.due, topic=rec.topic,
                       headers=rec.headers, **failed)
-    if s.disposition == "Fault":
+    disposition = disposition_of(s, out.route)  # the policy's, or its route's (spec.routes)
+    if disposition == "Fault":
         return Result("fault", **failed)
-    written = disposition_record(s, cycle=cycle, reason=row.reason, user=list(user), common=common)
+    written = disposition_record(s, cycle=cycle, reason=row.reason, user=list(user), common=common,
+                                 route=out.route)
     if written is None:
-        return Result(OUTCOME_OF[s.disposition], **failed)
+        return Result(OUTCOME_OF[disposition], **failed)
     topic, hdrs = written
     value = current.value
     if s.quarantine is not None:  # the policy's quarantine.payload, as the settle applies it
@@ -274,7 +276,7 @@ def run(handler: Callable[..., Any] | str, msg: Message | Result, policy: Policy
         value, hdrs = done.value, hdrs + done.headers
     if s.native_headers:
         hdrs = with_native(current.key, value, hdrs, s.native_headers, s.handler, None)
-    return Result(OUTCOME_OF[s.disposition], topic=topic, headers=hdrs, **{**failed, "value": value})
+    return Result(OUTCOME_OF[disposition], topic=topic, headers=hdrs, **{**failed, "value": value})
 
 
 # The HMAC key of quarantine `Hash` where a handler's tests run without its Secret mounted:

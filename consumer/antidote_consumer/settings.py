@@ -95,5 +95,9 @@ def from_manifests(consumer_path: Path, policy_path: Path | None = None) -> Effe
         raise SettingsError(f"QueueConsumer {meta.get('name')} refers to PoisonPolicy "
                             f"{ref!r}, but {policy_path} is "
                             f"{(pp.metadata or {}).get('name')!r}")
-    return resolve(qc.spec, pp.spec, name=meta.get("name", ""),
-                   namespace=meta.get("namespace", "default"))
+    try:
+        return resolve(qc.spec, pp.spec, name=meta.get("name", ""),
+                       namespace=meta.get("namespace", "default"))
+    except ValueError as err:  # the pair does not fit (a route's topic is the source, say): one line
+        raise SettingsError(f"QueueConsumer {meta.get('name')} cannot run under PoisonPolicy "
+                            f"{ref!r}: {err}") from None

@@ -26,7 +26,9 @@ GROUP, VERSION = "antidote.dev", "v1alpha1"
 T = TypeVar("T")
 
 
-def install_crds(api_client: client.ApiClient) -> None:
+def install_crds(api_client: client.ApiClient, *, replace: bool = False) -> None:
+    """This checkout's CRDs, created if missing; with `replace`, also put over existing ones
+    (a test of new fields, on a stack whose CRDs another checkout installed)."""
     ext = client.ApiextensionsV1Api(api_client)
     for path in sorted((ROOT / "crds").glob("*.yaml")):
         body = yaml.safe_load(path.read_text())
@@ -35,6 +37,11 @@ def install_crds(api_client: client.ApiClient) -> None:
         except ApiException as err:
             if err.status != 409:
                 raise
+            if replace:
+                name = body["metadata"]["name"]
+                body["metadata"]["resourceVersion"] = \
+                    ext.read_custom_resource_definition(name).metadata.resource_version
+                ext.replace_custom_resource_definition(name, body)
     objs = client.CustomObjectsApi(api_client)
     wait_for(lambda: objs.list_namespaced_custom_object(GROUP, VERSION, "default", "queueconsumers")
              is not None and objs.list_namespaced_custom_object(GROUP, VERSION, "default", "poisonpolicies")

@@ -17,7 +17,7 @@ def test_drain_request_round_trips_through_the_annotation() -> None:
     ("", "empty"), ("{bad", "not valid JSON"), ('{"id": "x", "action": "Move"}', "action must be one of"),
     ('{"action": "Drop"}', "id must be"), ('{"id": "x", "rate": 0}', "rate must be"),
     ('{"id": "x", "colour": 1}', "unknown field(s) colour"), ('{"id": "x", "since": "yesterday"}', "since must be"),
-    ('{"id": "x", "reasons": ["oops"]}', "reasons must be"), ('{"id": "x", "from": "retry"}', "from must be"),
+    ('{"id": "x", "reasons": ["oops"]}', "reasons must be"), ('{"id": "x", "from": "retry 1"}', "from must be"),
 ])
 def test_bad_drain_requests_name_the_field(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -64,7 +64,7 @@ def test_plan_merges_flags_over_the_policy():
      "spec.reader.disposition"),
     (Reader(), ReaderOptions(action="Archive"), "spec.reader.archive"),
     (Reader(), ReaderOptions(source="dlq"), "spec.reader.disposition"),  # Reject into itself
-    (Reader(), ReaderOptions(source="retry"), "--from"),
+    (Reader(), ReaderOptions(source="retry 1"), "--from"),  # not a topic name (a route's topic is one)
     (Reader(), ReaderOptions(action="Move"), "--action"),
     (Reader(), ReaderOptions(rate=0), "--rate"),
     (Reader(), ReaderOptions(since=datetime(2024, 2, 1), until=datetime(2024, 1, 1)), "--until"),

@@ -23,6 +23,7 @@ from typing import Any
 
 from antidote_api.drain import DrainRequest
 from antidote_api.names import drain_job_name, reader_group_id
+from antidote_api.semantics import reader_topic
 from antidote_api.times import parse_iso
 from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, READER_SOURCES, RESUME_ANNOTATION
 
@@ -61,7 +62,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     k = Cluster(args)
     qc = k.consumer(args.consumer)
     s = k.settings(args.consumer)
-    topic = s.topics.dlq if args.source == "dlq" else s.topics.poison
+    try:  # the poison or dead-letter topic, or a route's (spec.routes) by name
+        topic = reader_topic(s, args.source)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
     group = reader_group_id(s.namespace, s.consumer)
     with ExitStack() as stack:
@@ -135,7 +139,7 @@ def drain_request(args: argparse.Namespace) -> Any:
     return DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
                         reasons=tuple(args.reason or ()), since=since.isoformat() if since else None,
                         until=until.isoformat() if until else None, rate=args.rate, dry_run=args.dry_run,
-                        source="dlq" if getattr(args, "source", None) == "dlq" else None)
+                        source=None if getattr(args, "source", "poison") in (None, "poison") else args.source)
 
 
 def job_report(k: Cluster, job: Any) -> str | None:
@@ -252,9 +256,9 @@ def _filters(p: argparse.ArgumentParser, until: bool = True) -> None:
 
 
 def _source(p: argparse.ArgumentParser) -> None:
-    """`--from poison|dlq`, as the reader's and its Jobs' flag; `--dlq` is its alias."""
-    p.add_argument("--from", dest="source", choices=READER_SOURCES, default="poison",
-                   help="read the poison topic (default) or the dead-letter topic")
+    """`--from poison|dlq|TOPIC`, as the reader's and its Jobs' flag; `--dlq` is its alias."""
+    p.add_argument("--from", dest="source", default="poison", metavar="|".join(READER_SOURCES) + "|TOPIC",
+                   help="read the poison topic (default), the dead-letter topic, or a route's topic by name")
     p.add_argument("--dlq", dest="source", action="store_const", const="dlq", help="alias of --from dlq")
 
 

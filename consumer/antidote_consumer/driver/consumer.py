@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from antidote_api.names import ledger_names
-from antidote_api.semantics import EffectiveSettings, longest_retry_delay
+from antidote_api.semantics import EffectiveSettings, longest_retry_delay, route_topics
 from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
@@ -65,7 +65,7 @@ class Consumer:
         self.client_conf = conf
         self.admin = admin = AdminClient({**conf, "bootstrap.servers": settings.source.bootstrap_servers})
         t = settings.topics
-        derived = list(t.retry) + [t.poison, t.dlq]
+        derived = list(t.retry) + [t.poison, t.dlq] + route_topics(settings)  # created and checked alike
         self.partitions = ensure_topics(
             admin, t.source, derived, ledger_names(settings).topic,
             retry=list(t.retry), longest_delay_ms=longest_retry_delay(settings.retries).ms)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from antidote_api.semantics import EffectiveSettings, retry_after_bound
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.chosen import retry_delay_ms
+from antidote_consumer.worker.governance import route_of
 
 # The ledger's (and antidote_messages_total's) outcome of a message given the disposition.
 # Fault counts nothing here: the consumer stops at the message, which stays unconsumed.
@@ -46,12 +47,30 @@ def retry_record(s: EffectiveSettings, *, cycle: int, retry_after: int | None, n
                        retry_after is not None and bound is not None and retry_after > bound)
 
 
+def disposition_of(s: EffectiveSettings, route: int | None) -> str:
+    """The disposition a final failure gets: its route's (spec.routes), else the policy's."""
+    return s.disposition if route is None or not s.routes else s.routes[route].disposition
+
+
+def route_by_name(s: EffectiveSettings, reason: str, error_class: str) -> int | None:
+    """The route of a failure the driver decided (batch-isolation: no exception object, so
+    matched by its error class's name alone; worker.governance.route_of)."""
+    return route_of(tuple(frozenset(r.errors) for r in s.routes or ()), reason, error_class, None)
+
+
 def disposition_record(s: EffectiveSettings, *, cycle: int, reason: str, user: h.Headers,
-                       common: dict) -> tuple[str, h.Headers] | None:
-    """(topic, headers) of a message given the policy's disposition with `reason`: Move to
-    the poison topic, Reject to the dead-letter topic; None for Drop (nothing written)."""
-    if s.disposition == "Drop":
+                       common: dict, route: int | None = None) -> tuple[str, h.Headers] | None:
+    """(topic, headers) of a message given its disposition with `reason`: the policy's, or
+    the one of the route it took (`route`, an index of spec.routes: its topic, and the header
+    antidote.route). Move to the poison topic, Reject to the dead-letter topic (or the
+    route's topic); None for Drop (nothing written)."""
+    disposition = disposition_of(s, route)
+    if disposition == "Drop":
         return None
-    topic = s.topics.poison if s.disposition == "Move" else s.topics.dlq
-    return topic, user + h.failure_headers(cycle=cycle, reason=reason, disposition=s.disposition,
-                                           **common)
+    topic = s.topics.poison if disposition == "Move" else s.topics.dlq
+    if route is not None and s.routes:
+        topic = s.routes[route].topic or topic
+    hdrs = user + h.failure_headers(cycle=cycle, reason=reason, disposition=disposition, **common)
+    if route is not None:
+        hdrs.append((h.ROUTE, str(route).encode()))
+    return topic, hdrs

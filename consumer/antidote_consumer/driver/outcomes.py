@@ -28,8 +28,11 @@ from antidote_consumer.worker.verdict import Verdict
 from .disabled import QueueDisabled
 from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
 from .ledger import LedgerState
-from .outcome_records import OUTCOME_OF, disposition_record, retry_bound_ms, retry_record
+from .outcome_records import (OUTCOME_OF, disposition_of, disposition_record, retry_bound_ms, retry_record,
+                              route_by_name)
 
+# The error class of a message batch isolation pinned a failure on.
+BATCH_FAILURE = "antidote.BatchFailure"
 # The reason a record that cannot fit its derived topic stops the consumer with (see fitted).
 TOO_LARGE = "too-large"
 
@@ -57,7 +60,8 @@ class Settlement:
 
     state: LedgerState
     records: list[Record] = field(default_factory=list)
-    poisoned: list[tuple[str, str | None, h.Origin]] = field(default_factory=list)
+    # (reason, error class, origin, disposition: the policy's or its route's)
+    poisoned: list[tuple[str, str | None, h.Origin, str]] = field(default_factory=list)
     overflowed: list[h.Origin] = field(default_factory=list)
     scheduled: dict[int, int] = field(default_factory=dict)  # retry cycle -> messages parked
     dues: list[int] = field(default_factory=list)  # due times of the records parked
@@ -71,7 +75,9 @@ def fault_stop(s: EffectiveSettings, result: BatchResult, isolated: list
                ) -> tuple[QueueDisabled, h.Origin] | None:
     """With disposition Fault, the stop at the batch's first message that got it (or the first
     one bisection isolated), and where it was read; None when nothing stops the batch."""
-    finals = [r for r in result.failures if r.kind == Verdict.FINAL.value]
+    # A message a route took (spec.routes) gets the route's disposition, never Fault.
+    finals = [r for r in result.failures if r.kind == Verdict.FINAL.value and r.route is None]
+    isolated = [i for i in isolated if route_by_name(s, Reason.BATCH_ISOLATION.value, BATCH_FAILURE) is None]
     if s.disposition != "Fault" or not (finals or isolated):
         return None
     r = finals[0] if finals else None
@@ -132,17 +138,19 @@ def settlement(t: Targets, before: LedgerState, result: BatchResult, isolated: l
             out.retried += 1
             out.scheduled[rec.cycle] = out.scheduled.get(rec.cycle, 0) + 1
             continue
-        out.poisoned.append((r.reason, r.error_class, origin))
-        out.records += disposition(t, r.key, r.value, user, r.cycle, r.reason, common, r)
+        out.poisoned.append((r.reason, r.error_class, origin, disposition_of(s, r.route)))
+        out.records += disposition(t, r.key, r.value, user, r.cycle, r.reason, common, r, r.route)
     for raw, attempts, error in isolated:
         origin, user, cycle = origin_of(raw, s.source.topic)
         common = dict(origin=origin, attempts=attempts, first_failure=now, last_failure=now,
-                      error_class="antidote.BatchFailure", error_message=error, stack=None,
+                      error_class=BATCH_FAILURE, error_message=error, stack=None,
                       consumer=t.consumer_id, policy=s.policy)
-        out.poisoned.append((Reason.BATCH_ISOLATION.value, "antidote.BatchFailure", origin))
+        route = route_by_name(s, Reason.BATCH_ISOLATION.value, BATCH_FAILURE)
+        out.poisoned.append((Reason.BATCH_ISOLATION.value, BATCH_FAILURE, origin, disposition_of(s, route)))
         out.records += disposition(t, raw.key, raw.value, user, cycle, Reason.BATCH_ISOLATION.value,
-                                   common, isolated_at(raw, attempts, error, cycle, now))
-    counts[out.outcome] += len(out.poisoned)
+                                   common, isolated_at(raw, attempts, error, cycle, now), route)
+    for *_, disp in out.poisoned:
+        counts[OUTCOME_OF[disp]] += 1
     counts["moved"] += len(out.overflowed)
     for p, chains in result.chains.items():
         state.held[str(p)] = json.loads(chains)
@@ -195,10 +203,11 @@ def redacted(t: Targets, value, hdrs: list) -> tuple:
 
 
 def disposition(t: Targets, key, value, user: list, cycle: int, reason: str, common: dict,
-                at) -> list[Record]:
-    """The record of a message that got the policy's disposition (none for Drop)."""
+                at, route: int | None = None) -> list[Record]:
+    """The record of a message that got its disposition, the policy's or its route's (none
+    for Drop)."""
     s = t.s
-    rec = disposition_record(s, cycle=cycle, reason=reason, user=user, common=common)
+    rec = disposition_record(s, cycle=cycle, reason=reason, user=user, common=common, route=route)
     if rec is None:  # Drop
         return []
     topic, hdrs = rec

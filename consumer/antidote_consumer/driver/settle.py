@@ -17,6 +17,7 @@ from . import outcomes
 from .frames import BatchResult
 from .ledger import Ledger, LedgerState
 from .metrics import Metrics
+from .outcome_records import OUTCOME_OF
 from .outcomes import Settlement, Targets
 from .settle_refused import RefusedCommit
 from .systemic import SystemicRule
@@ -76,7 +77,8 @@ class Settler:
         for cycle, n in done.scheduled.items():
             m.retries_scheduled.labels(**ids, cycle=str(cycle)).inc(n)
         m.count("retried", done.retried)
-        m.count(done.outcome, len(done.poisoned))
+        for *_, disposition in done.poisoned:
+            m.count(OUTCOME_OF[disposition], 1)
         m.count("moved", len(done.overflowed))
         if self.max_held:
             m.set_held(held_count(done.state.held))
@@ -90,13 +92,14 @@ class Settler:
                         HELD_OVERFLOW, last.topic, last.partition, last.offset)
         m.attempts.labels(**ids).inc(result.n_attempts)
         m.consecutive.labels(**ids).set(0)
-        for reason, _error_class, _origin in done.poisoned:
-            m.poison.labels(**ids, reason=reason, disposition=s.disposition).inc()
+        for reason, _error_class, _origin, disposition in done.poisoned:
+            m.poison.labels(**ids, reason=reason, disposition=disposition).inc()
         if done.poisoned:
-            reason, error_class, origin = done.poisoned[-1]
+            reason, error_class, origin, disposition = done.poisoned[-1]
             self.last_poison(reason, error_class, origin)
+            # The last one's disposition: the policy's, or its route's (spec.routes).
             log.warning("%d message(s) got disposition %s; last: %s/%d/%d (%s, %s)", len(done.poisoned),
-                        s.disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
+                        disposition, origin.topic, origin.partition, origin.offset, reason, error_class)
 
     def last_poison(self, reason: str, error_class: str | None, origin) -> None:
         self.metrics.set_last_poison(reason, error_class, origin.topic, origin.partition, origin.offset,

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from antidote_api.formats import needs_registry, sink_subject
 from antidote_api.names import ledger_names, transactional_id
-from antidote_api.semantics import EffectiveSettings
+from antidote_api.semantics import EffectiveSettings, retry_after_bound
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.executor import WorkerConfig
+from antidote_consumer.worker.governance import Governance
 from antidote_consumer.worker.sink_txn import ExactlyOnce
 from antidote_consumer.worker.registry import secret_dir_of
 
@@ -39,6 +40,21 @@ def sink_format(s: EffectiveSettings) -> dict | None:
     return {"value": kafka.value_format, "subject": sink_subject(kafka.topic), "registry": registry}
 
 
+def governance(s: EffectiveSettings) -> Governance | None:
+    """WorkerConfig.governance: the policy's routes and age limits; None without any (the
+    passes run as before)."""
+    stale = s.validation.max_age if s.validation is not None else None
+    if not s.routes and s.retries.max_age is None and stale is None:
+        return None
+    bound = retry_after_bound(s.retries)
+    return Governance(
+        routes=tuple(frozenset(r.errors) for r in s.routes or ()),
+        max_age_ms=s.retries.max_age.ms if s.retries.max_age is not None else None,
+        stale_ms=stale.ms if stale is not None else None,
+        delays=tuple(d.ms for d in s.retries.cycle_delays),
+        retry_bound_ms=bound.ms if bound is not None else None)
+
+
 def worker_config(s: EffectiveSettings) -> WorkerConfig:
     sink_kafka = exactly_once = None
     if s.sink is not None and s.sink.kafka is not None:
@@ -54,4 +70,5 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         fault_stops=s.disposition == "Fault", attempt_timeout=s.retries.attempt_timeout.seconds,
         max_held=s.max_held_per_key if s.ordering == "Key" else 0,
         delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id,
-        exactly_once=exactly_once, formats=formats(s), sink_format=sink_format(s))
+        exactly_once=exactly_once, formats=formats(s), sink_format=sink_format(s),
+        governance=governance(s))

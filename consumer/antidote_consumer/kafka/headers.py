@@ -13,7 +13,7 @@ from antidote_api.headers import (ATTEMPTS, CONSUMER, CYCLE, DISPOSITION, DUE, E
                                   ERROR_MESSAGE, ERROR_STACK, FIRST_FAILURE, HELD, LAST_FAILURE,
                                   ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TIMESTAMP,
                                   ORIGINAL_TOPIC, POLICY, PREFIX, REASON, REDACTED, REDACTED_PATHS,
-                                  REDACTED_REASON, REDRIVE_COUNT, SKIPPED_AT)
+                                  REDACTED_REASON, REDRIVE_COUNT, ROUTE, SKIPPED_AT)
 
 # The header budget: Antidote's headers on a record stay under ~6 KiB (texts in UTF-8 bytes),
 # so a record that fit its source fits a derived topic with the same max.message.bytes

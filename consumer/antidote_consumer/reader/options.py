@@ -15,7 +15,7 @@ def add_option_args(p, action: bool = True) -> None:
     if action:
         p.add_argument("--action", choices=list(READER_ACTIONS), default=None,
                        help="what to do with each message (default: the policy's reader.action)")
-    p.add_argument("--from", dest="source", choices=list(READER_SOURCES), default="poison",
+    p.add_argument("--from", dest="source", default="poison", metavar="|".join(READER_SOURCES) + "|TOPIC",
                    help="read the poison topic (default) or the dead-letter topic")
     p.add_argument("--dlq", dest="source", action="store_const", const="dlq",
                    help="alias of --from dlq (as in antidote inspect and drain)")

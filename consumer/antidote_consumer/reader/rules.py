@@ -4,12 +4,14 @@ limiter, the offsets a reader has resolved, and its report. No Kafka, no Spark h
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 from antidote_api.policy import Reader
+from antidote_api.types import TOPIC_PATTERN
 from antidote_api.wire import READER_ACTIONS, READER_SOURCES
 from antidote_consumer.kafka import headers as h
 
@@ -24,7 +26,7 @@ class ReaderError(ValueError):
 class ReaderOptions:
     """What one run does; None means "the policy's reader section says"."""
 
-    source: str = "poison"  # which topic is read: "poison" or "dlq"
+    source: str = "poison"  # which topic is read: "poison", "dlq" or a route's topic (by name)
     action: str | None = None
     rate: int | None = None
     error_classes: tuple[str, ...] | None = None
@@ -85,8 +87,10 @@ def epoch_ms(t: datetime) -> int:
 
 def plan(reader: Reader, options: ReaderOptions) -> Plan:
     """Merge `options` over the policy's `reader`; ReaderError names the field that is wrong."""
-    if options.source not in SOURCES:
-        raise ReaderError(f"--from must be one of {', '.join(SOURCES)}, not {options.source!r}")
+    if options.source not in SOURCES and not re.fullmatch(TOPIC_PATTERN, options.source):
+        # A route's topic (spec.routes) by name: the run checks it is one (semantics.reader_topic).
+        raise ReaderError(f"--from must be one of {', '.join(SOURCES)} or a route's topic, not "
+                          f"{options.source!r}")
     action = options.action or reader.action
     if action not in ACTIONS:
         raise ReaderError(f"--action must be one of {', '.join(ACTIONS)}, not {action!r}")

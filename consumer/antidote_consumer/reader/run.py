@@ -24,16 +24,16 @@ from typing import cast
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from antidote_api.names import ledger_topic, reader_group_id, transactional_id
-from antidote_api.semantics import EffectiveSettings
+from antidote_api.names import ledger_topic, parking_topic, reader_group_id, transactional_id
+from antidote_api.semantics import EffectiveSettings, reader_topic
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.retry import retrying
 from antidote_consumer.kafka.topics import max_message_bytes, partitions_of, wait_ready
 from antidote_consumer.kafka.transactions import RecordRefused, TransactionalWriter
 
 from .actions import Actions, Failed, Polled, Stopped, resolved
-from .rules import (Plan, Progress, RateLimiter, ReaderOptions, ReaderReport, original_partition,
-                    plan, read_fields, redrive_count, redrive_headers)
+from .rules import (Plan, Progress, RateLimiter, ReaderError, ReaderOptions, ReaderReport,
+                    original_partition, plan, read_fields, redrive_count, redrive_headers)
 
 log = logging.getLogger("antidote.reader")
 
@@ -48,10 +48,6 @@ EOF_WAIT = 70.0  # longest wait for an open transaction in the read topic (its t
 # read: the client's own request timeout (librdkafka's socket.timeout.ms, 60 s) and a margin.
 # Past it the broker does not deliver, and the run stops with an error instead of polling on.
 READ_WAIT = 70.0
-
-
-def parking_topic(source: str) -> str:
-    return f"{source}.parking"
 
 
 def group_id(settings: EffectiveSettings) -> str:
@@ -82,7 +78,13 @@ class _Run(Actions):
     def __init__(self, settings: EffectiveSettings, p: Plan, *, spark, stop: threading.Event,
                  log_every: float, client_conf: dict[str, str] | None = None):
         self.s, self.p, self.stop, self.log_every = settings, p, stop, log_every
-        self.topic = settings.topics.poison if p.source == "poison" else settings.topics.dlq
+        try:  # the poison or dead-letter topic, or a route's (spec.routes) by name
+            self.topic = reader_topic(settings, p.source)
+        except ValueError as err:
+            raise ReaderError(str(err)) from None
+        if self.topic == settings.topics.dlq and p.disposition == "Reject":
+            raise ReaderError(f"spec.reader.disposition: Reject would write a message the reader cannot "
+                              f"handle back into the dead-letter topic it reads ({self.topic}); use Drop or Fault")
         self.bootstrap = settings.source.bootstrap_servers
         self.conf = {**kafka_auth.source_config(settings, verify=True),  # the secretRef's, for librdkafka
                      **(client_conf or {})}

@@ -7,6 +7,7 @@ content is invalid), then up to `immediate + 1` attempts, and a verdict.
 from __future__ import annotations
 
 import linecache
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,9 +19,10 @@ from antidote_consumer.kafka.headers import MAX_STACK, truncate_stack
 
 from .decode import DeserializationError
 from .encode import SerializationError
-from .chosen import CHOSE_NON_RETRYABLE, CHOSE_RETRY, bad_after, no_cycle_left
+from .chosen import CHOSE_NON_RETRYABLE, CHOSE_RETRY, bad_after, no_cycle_left, retry_delay_ms
 from .deadline import AttemptTimeout
 from .describe import class_name, error_text, valid_text
+from .governance import Governance, expired, expired_text, route_of, stale
 from .handler import Handler, encode_output
 from .message import Message
 from .verdict import Verdict
@@ -35,6 +37,7 @@ class Plan:
     cycles: int
     non_retryable: frozenset[str] = frozenset()
     check: Callable[[bytes | None], str | None] | None = None
+    gov: Governance | None = None  # the policy's routes and age limits (governance.py)
 
 
 @dataclass(slots=True)
@@ -49,18 +52,22 @@ class Outcome:
     # What the handler chose by raising antidote.Retry / antidote.NonRetryable (chosen.py).
     chosen: str | None = None
     retry_after: int | None = None  # Retry(after=...) in ms, bounded later by the driver
+    route: int | None = None  # the policy's route (spec.routes index) a final failure takes
+    error_type: type | None = None  # the failure's class, for the routes' class hierarchy
 
 
 def plan_of(cfg) -> Plan:
     """The Plan of a WorkerConfig (its retries and the policy's validation, wire form): what
     every worker runs a pass under, and `antidote.testing` too."""
     check = None
-    if cfg.validation:
+    v = cfg.validation or {}
+    # Content checks only: an age alone (maxAge, governance.py) adds no check to the hot loop.
+    if v.get("maxBytes") is not None or v.get("format", "bytes") != "bytes" or v.get("jsonSchema") is not None:
         from antidote_api.policy import Validation
         from antidote_api.semantics import message_checker
 
         check = message_checker(Validation.model_validate(cfg.validation))
-    return Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check)
+    return Plan(cfg.immediate, cfg.cycles, cfg.non_retryable, check, cfg.governance)
 
 
 def is_non_retryable(err: BaseException, names: frozenset[str]) -> bool:
@@ -75,7 +82,35 @@ def run_pass(message: Message, handler: Handler, plan: Plan, cycle: int,
     """Run one pass of `message` (in retry cycle `cycle`, 0 for the first delivery).
 
     `failed`: the error of a first attempt the caller already made (the worker's hot loop
-    calls the handler itself and comes here only when that call fails)."""
+    calls the handler itself and comes here only when that call fails). With the policy's
+    routes or age limits (governance.py): a record too old at first sight is refused without
+    a call; a retry that would start too late is the disposition, reason `expired`; a final
+    failure takes its route."""
+    g = plan.gov
+    if g is None:
+        return _pass(message, handler, plan, cycle, failed)
+    now = int(time.time() * 1000)
+    problem = stale(message.timestamp, now, g.stale_ms) if failed is None and cycle == 0 else None
+    if problem is not None:
+        out = Outcome(Verdict.FINAL, 0, reason=Reason.VALIDATION,
+                      error_class="antidote.ValidationError", error_message=problem)
+    else:
+        out = _pass(message, handler, plan, cycle, failed)
+    if out.verdict is Verdict.RETRY and g.max_age_ms is not None and cycle < len(g.delays):
+        due = now + retry_delay_ms(out.retry_after, g.delays[cycle], g.retry_bound_ms)
+        if expired(message.timestamp, due, g.max_age_ms):
+            out.verdict, out.reason = Verdict.FINAL, Reason.EXPIRED
+            out.error_message = expired_text(out.error_message, message.timestamp, due, cycle + 1,
+                                             g.max_age_ms)
+    if out.verdict is Verdict.FINAL:
+        out.route = route_of(g.routes, out.reason.value if out.reason else None, out.error_class,
+                             out.error_type)
+    return out
+
+
+def _pass(message: Message, handler: Handler, plan: Plan, cycle: int,
+          failed: BaseException | None) -> Outcome:
+    """run_pass without the policy's routes and age limits."""
     check = plan.check
     if check is not None and failed is None:
         problem = check(message.value)
@@ -244,4 +279,4 @@ def _failed(verdict: Verdict, calls: int, reason: Reason | None, err: BaseExcept
     except Exception as failed:  # noqa: BLE001 - e.g. a __cause__ that raises: the error alone
         stack = f"{error_class}: {text}\n(its traceback could not be written: {class_name(type(failed))})\n"
     return Outcome(verdict, calls, reason=reason, error_class=error_class,
-                   error_message=text, stack=truncate_stack(stack, MAX_STACK))
+                   error_message=text, stack=truncate_stack(stack, MAX_STACK), error_type=type(err))

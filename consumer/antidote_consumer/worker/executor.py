@@ -20,11 +20,12 @@ from . import collector, sink
 from .attempts import Plan, Reason, plan_of, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .encode import with_formats
+from .governance import Governance
 from .handler import encode_output, load_handler
 from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
-from .sink_txn import ExactlyOnce, PartitionSink
+from .sink_txn import ExactlyOnce, PartitionSink, retried_task
 from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
@@ -54,6 +55,7 @@ RESULT_COLUMNS = [
     # value and headers), from which the driver sizes the next source batch's Arrow batches
     # (spark.ArrowRows); 0 from the local worker, whose rows are never Arrow.
     ("largest", "long"),
+    ("route", "int"),  # the policy's route a final failure takes (spec.routes index; governance.py)
 ]
 RESULT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in RESULT_COLUMNS)
 RESULT_FIELDS = [name for name, _ in RESULT_COLUMNS]
@@ -91,6 +93,7 @@ class ResultRow(NamedTuple):
     chosen: str | None
     retry_after: int | None
     largest: int | None
+    route: int | None
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class WorkerConfig:
     formats: dict | None = None
     # spec.sink.kafka.valueFormat: outputs encoded with a registry's schema (encode.py)
     sink_format: dict | None = None
+    governance: Governance | None = None  # spec.routes, retries/validation.maxAge (governance.py)
 
 
 _cache: dict[Any, Any] = {}
@@ -168,7 +172,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     sinks: dict[tuple[str, int], PartitionSink] = {}
     part: PartitionSink | None = None
     writes = eos is not None and not cfg.emit_outputs and cfg.sink_kafka is not None
-    retried = eos is not None and _retried_task()
+    retried = eos is not None and retried_task()
 
     n_ok = n_attempts = largest = 0
     ends: dict[tuple[str, int], int] = {}
@@ -181,6 +185,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     skip = cfg.skip
     ok = Verdict.OK
     check = plan.check
+    stale_ms = plan.gov.stale_ms if plan.gov is not None else None  # validation.maxAge
     order = TaskOrder(cfg.max_held, cfg.chains, cfg.delays) if cfg.max_held else None
     # Result rows are gathered across the task's Arrow batches and sent in as few batches as
     # the memory bound allows: each batch sent has a fixed cost (from_pydict, pyspark's struct
@@ -211,6 +216,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
             note_ends(topics, parts, offsets, ends)
         cap = max(cap, len(keys))
         now = int(time.time() * 1000)
+        stale = now - stale_ms if stale_ms else -1  # first read before it: too old (governance)
         for key, value, topic, partition, offset, ts, raw in zip(
                 keys, values, topics, parts, offsets, stamps, headers):
             if faulted and (topic, partition) in faulted:
@@ -294,7 +300,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
             # message (an Outcome, enum lookups), as much as a small handler. run_pass takes
             # over when validation refuses the message or the first attempt fails.
             result = failed = None
-            if check is not None and check(value) is not None:
+            if check is not None and check(value) is not None or stale > 0 and not cycle and msg.timestamp < stale:
                 result = run_pass(msg, timed, plan, cycle)  # the validation verdict
             else:
                 # Under the time limit: the watchdog reads these two (see deadline.py).
@@ -319,7 +325,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 if result.verdict is not ok:
                     if part is not None:
                         part.pend(offset)
-                    if fault_stops and result.verdict is Verdict.FINAL:
+                    if fault_stops and result.verdict is Verdict.FINAL and result.route is None:
                         faulted.add((topic, partition))
                         if part is not None:
                             part.stop = offset + 1  # it (pending) and nothing after it
@@ -330,7 +336,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                           offset, before + result.attempts, cycle,
                           result.reason.value if result.reason else None, result.error_class,
                           result.error_message, result.stack, first if first is not None else now,
-                          now, None, result.chosen, result.retry_after)
+                          now, None, result.chosen, result.retry_after, result.route)
                     if len(out) >= cap:
                         yield sent(out)
                     continue
@@ -389,18 +395,6 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     yield last if as_columns else pa.RecordBatch.from_pydict(last, schema=_arrow_schema())
 
 
-def _retried_task() -> bool:
-    """Whether this task is Spark's retry of one that failed (which may have committed part of
-    its partition's outputs before it died): it reads its entry from the ledger."""
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-    except ImportError:  # the local worker: no Spark
-        return False
-    return ctx is not None and ctx.attemptNumber() > 0  # (no shuffle: no stage is retried)
-
-
 def _columns(out: list[tuple]) -> dict[str, list]:
     """The rows gathered in `out` as columns (name -> list), the local worker's form; `out`
     is emptied for the next ones."""
@@ -423,14 +417,14 @@ def _origin(msg: Message) -> h.Origin:
 
 def _emit(out: list[tuple], kind, key, value, headers, origin: h.Origin, topic, partition,
           offset, attempts, cycle, reason, error_class, error_message, stack, first, last,
-          output, chosen=None, retry_after=None) -> None:
+          output, chosen=None, retry_after=None, route=None) -> None:
     # One tuple per row, in RESULT_FIELDS order, made columns once per batch sent (_columns,
     # in C): a dict per row and an append to each of 25 lists was ~3.5 us a failed message.
     # Headers as (key, value) pairs: Arrow takes a tuple for a struct as it takes a dict, and
     # the local worker's rows travel to the driver as they are (pickled: no dict per header).
     out.append((kind, key, value, list(headers), origin.topic, origin.partition, origin.offset,
                 origin.timestamp, topic, partition, offset, attempts, cycle, reason, error_class,
-                error_message, stack, first, last, output, None, None, chosen, retry_after, None))
+                error_message, stack, first, last, output, None, None, chosen, retry_after, None, route))
 
 
 def arrow_schema(fields: list[tuple[str, str]]):

@@ -118,7 +118,8 @@ def executor_annotations(settings: EffectiveSettings) -> dict[str, str]:
 # Fields added to the settings after consumers existed: left out of the settings document
 # while unset, so its hash (which rolls the driver) stays what it was for a consumer that does
 # not use them, and an operator upgrade restarts no driver.
-_NEW_TOP = ("volumes", "env", "envFrom")
+_NEW_TOP = ("volumes", "env", "envFrom", "routes")
+_NEW_AGE = ("maxAge",)  # in retries and validation
 _NEW_SPARK = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName")
 _NEW_SIDE = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "serviceAccountAnnotations")
 _NEW_VOLUME = ("claimName", "secret", "configMap")
@@ -133,6 +134,8 @@ def without_unset_new(doc: dict[str, Any]) -> dict[str, Any]:
             if k in d and d[k] is None:
                 del d[k]
     drop(doc, _NEW_TOP)
+    drop(doc.get("retries") or {}, _NEW_AGE)
+    drop(doc.get("validation") or {}, _NEW_AGE)
     drop(doc.get("source") or {}, _NEW_SOURCE)
     drop((doc.get("sink") or {}).get("kafka") or {}, _NEW_SINK_KAFKA)
     spark = doc.get("spark") or {}
