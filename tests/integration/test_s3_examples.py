@@ -2,13 +2,17 @@
 (its Parquet sink and its checkpoint on `s3a://`) and queueconsumer-minimal.yaml (its
 checkpoint there, outputs discarded), with the PoisonPolicy they name
 (poisonpolicy-minimal.yaml), applied to the API server and run by the operator's dev runner
-against the local S3 server.
+against the local S3 server; and the handler project template's manifest
+(handler-project/deploy/orders.yaml: its PoisonPolicy and QueueConsumer) with the template's
+own handler, its checkpoint on `s3a://` too.
 Only what cannot be the same here is changed: the broker's address and the topic, the handler
 (a test handler instead of the team's `lake.clicks:to_row`), `paused`, the S3 server's
 endpoint in `spec.spark.conf`, and a folder of the test's own in each bucket."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import uuid
 from collections import Counter
@@ -17,12 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from antidote_api.headers import ERROR_CLASS, REASON
 from antidote_devstack import s3 as s3server
 
-from antidote_testkit.kafka_io import produce
+from antidote_testkit.kafka_io import produce, read_all
 from antidote_testkit.operators import Cluster, install_crds, operator, wait_for
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 
 
 def _doc(name: str) -> dict:
@@ -82,3 +88,63 @@ def test_an_s3a_example_writes_its_checkpoint_and_sink_to_s3_on_the_dev_runner(
             out = spec["sink"]["path"].removeprefix("s3a://")
             assert Counter(s3.parquet_values(out)) == Counter(v.upper() for v in values), op.log()[-3000:]
         assert any("/commits/" in key for key in s3.keys(ckpt))
+
+PROJECT = EXAMPLES / "handler-project"
+
+
+def test_the_handler_projects_manifest_runs_its_own_handler_with_its_checkpoint_on_s3(
+        api_client, namespace, stack, s3, kubeconfig, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    """examples/handler-project/deploy/orders.yaml (its PoisonPolicy and QueueConsumer), with
+    the template's own handler (orders_handlers.handler:handle, on the path as its image puts
+    it), on the dev runner against the local S3 server: valid orders priced to the sink, an
+    order with no items quarantined as the policy's nonRetryable InvalidOrder, a value that is
+    not JSON by the policy's validation; the checkpoint committed on `s3a://`. Changed: the
+    broker, the topics, the S3 endpoint in `spec.spark.conf`, a folder of the test's own."""
+    install_crds(api_client)
+    k = Cluster(api_client, namespace)
+    docs = {d["kind"]: d for d in yaml.safe_load_all((PROJECT / "deploy/orders.yaml").read_text()) if d}
+    pp, qc = docs["PoisonPolicy"], docs["QueueConsumer"]
+    assert qc["spec"]["policyRef"]["name"] == pp["metadata"]["name"]
+    spec = qc["spec"]
+    assert spec["checkpoint"]["location"].startswith("s3a://")
+    folder = f"t-{uuid.uuid4().hex[:8]}"
+    try:
+        s3server.make_bucket(s3.server, spec["checkpoint"]["location"].removeprefix("s3a://").split("/", 1)[0])
+    except OSError as err:
+        assert "already" in str(err).lower(), err
+    source, sink = topic_factory(), topic_factory("-priced")
+    spec["source"]["kafka"].update(bootstrapServers=kafka_bootstrap, topic=source)
+    spec["sink"]["kafka"]["topic"] = sink
+    spec["checkpoint"]["location"] = _in_folder(spec["checkpoint"]["location"], folder)
+    spec.setdefault("spark", {}).setdefault("conf", {}).update(s3.spark_conf())
+    ckpt = spec["checkpoint"]["location"].removeprefix("s3a://")
+
+    orders = [{"id": f"o{i}", "items": [{"quantity": i + 1, "unitCents": 250}]} for i in range(20)]
+    values = [json.dumps(o).encode() for o in orders]
+    empty, not_json = b'{"id": "o-empty", "items": []}', b"not json at all"
+    produce(kafka_bootstrap, source, [(None, v, None) for v in [*values, empty, not_json]])
+    k.create(pp)
+    k.create(qc)
+    name = qc["metadata"]["name"]
+
+    # The project's package on the path, as its Dockerfile installs it into the image.
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH"), str(PROJECT)]))
+    env = {**s3.env(stack), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": path}
+    args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"), "--dev-runner-master", "local[1]")
+    with operator(kubeconfig, namespace, tmp_path, *args, env=env) as op:
+        wait_for(lambda: _counts(k, name) == (20, 2), "20 processed and 2 quarantined", timeout=300)
+        outputs = read_all(kafka_bootstrap, sink)
+        assert sorted(json.loads(r.value)["totalCents"] for r in outputs) == \
+            sorted((i + 1) * 250 for i in range(20)), op.log()[-3000:]
+        poison = read_all(kafka_bootstrap, f"{source}.poison")
+        got = {r.value: {h: (v or b"").decode() for h, v in r.headers if h in (REASON, ERROR_CLASS)}
+               for r in poison}
+        assert got[empty][REASON] == "non-retryable" and got[empty][ERROR_CLASS].endswith("InvalidOrder"), got
+        assert got[not_json][REASON] == "validation", got
+        assert len(poison) == 2, got
+        assert any("/commits/" in key for key in s3.keys(ckpt))
+
+
+def _counts(k: Cluster, name: str) -> tuple[int, int]:
+    counts = ((k.qc(name) or {}).get("status") or {}).get("counts", {})
+    return counts.get("processed", 0), counts.get("poisoned", 0)
