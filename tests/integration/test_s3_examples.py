@@ -4,7 +4,8 @@ checkpoint there, outputs discarded), with the PoisonPolicy they name
 (poisonpolicy-minimal.yaml), applied to the API server and run by the operator's dev runner
 against the local S3 server; and the handler project template's manifest
 (handler-project/deploy/orders.yaml: its PoisonPolicy and QueueConsumer) with the template's
-own handler, its checkpoint on `s3a://` too.
+own handler, its checkpoint on `s3a://` too; and queueconsumer-full.yaml under
+poisonpolicy-full.yaml, every field of each.
 Only what cannot be the same here is changed: the broker's address and the topic, the handler
 (a test handler instead of the team's `lake.clicks:to_row`), `paused`, the S3 server's
 endpoint in `spec.spark.conf`, and a folder of the test's own in each bucket."""
@@ -148,3 +149,64 @@ def test_the_handler_projects_manifest_runs_its_own_handler_with_its_checkpoint_
 def _counts(k: Cluster, name: str) -> tuple[int, int]:
     counts = ((k.qc(name) or {}).get("status") or {}).get("counts", {})
     return counts.get("processed", 0), counts.get("poisoned", 0)
+
+
+def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_their_env(
+        api_client, namespace, stack, s3, kubeconfig, kafka_bootstrap, topic_factory, tmp_path) -> None:
+    """queueconsumer-full.yaml (every field: its Kafka Secret, env and envFrom, volumes,
+    placement, autoscale, ordering) under poisonpolicy-full.yaml (every field: validation by
+    JSON Schema, nonRetryable, Reject to its dead-letter topic, payload redaction) on the dev
+    runner, its checkpoint on the local S3 server: the handler gets the example's env, a
+    ValueError and an order its schema refuses go to the dead-letter topic, the rest to the
+    sink. Changed besides the broker, topics, handler and S3 endpoint: the Secrets and the
+    ConfigMap the example names are made here (the Kafka one says PLAINTEXT, the stack's)."""
+    install_crds(api_client)
+    k = Cluster(api_client, namespace)
+    qc, pp = _doc("queueconsumer-full.yaml"), _doc("poisonpolicy-full.yaml")
+    assert qc["spec"]["policyRef"]["name"] == pp["metadata"]["name"]
+    spec = qc["spec"]
+    password, region = f"pw-{uuid.uuid4().hex[:8]}", f"eu-{uuid.uuid4().hex[:6]}"
+    secrets = {"kafka-credentials": {"security.protocol": "PLAINTEXT"}, "orders-db": {"password": password},
+               "orders-client-tls": {"tls.crt": "not a certificate"}}
+    for name, data in secrets.items():
+        k.core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "stringData": data})
+    k.core.create_namespaced_config_map(namespace, {"metadata": {"name": "orders-config"}, "data": {"region": region}})
+
+    assert spec["checkpoint"]["location"].startswith("s3a://")
+    folder = f"t-{uuid.uuid4().hex[:8]}"
+    try:
+        s3server.make_bucket(s3.server, spec["checkpoint"]["location"].removeprefix("s3a://").split("/", 1)[0])
+    except OSError as err:
+        assert "already" in str(err).lower(), err
+    source, sink = topic_factory(partitions=2), topic_factory("-enriched")
+    spec["source"]["kafka"].update(bootstrapServers=kafka_bootstrap, topic=source)
+    spec["sink"]["kafka"]["topic"] = sink
+    spec["handler"] = "tests.integration.handlers_examples:enrich"
+    spec["checkpoint"]["location"] = _in_folder(spec["checkpoint"]["location"], folder)
+    spec["spark"]["conf"].update(s3.spark_conf())
+    ckpt = spec["checkpoint"]["location"].removeprefix("s3a://")
+    topics = pp["spec"]["topics"]  # the example's names, made the test's own
+    pp["spec"]["topics"] = {"retry": [f"{source}.{t}" for t in topics["retry"]],
+                            "poison": f"{source}.poison", "dlq": f"{source}.dlq"}
+
+    orders = [{"orderId": f"o{i}", "amount": i} for i in range(20)]
+    refused, no_amount = {"orderId": "refused", "amount": 1}, {"orderId": "o-no-amount"}
+    produce(kafka_bootstrap, source, [(o["orderId"].encode(), json.dumps(o).encode(), None)
+                                      for o in [*orders, refused, no_amount]])
+    k.create(pp)
+    k.create(qc)
+    name = qc["metadata"]["name"]
+
+    env = {**s3.env(stack), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"), "--dev-runner-master", "local[1]")
+    with operator(kubeconfig, namespace, tmp_path, *args, env=env) as op:
+        wait_for(lambda: _counts(k, name) == (20, 2), "20 processed and 2 rejected", timeout=300)
+        outputs = [json.loads(r.value) for r in read_all(kafka_bootstrap, sink)]
+        assert sorted(o["orderId"] for o in outputs) == sorted(o["orderId"] for o in orders), op.log()[-3000:]
+        assert {json.dumps(o["env"], sort_keys=True) for o in outputs} == {json.dumps(
+            {"DB_PASSWORD": password, "REGION": region, "LOG_LEVEL": "info", "CFG_region": region}, sort_keys=True)}
+        dlq = read_all(kafka_bootstrap, f"{source}.dlq")
+        reasons = sorted(dict(r.headers)[REASON].decode() for r in dlq)
+        assert reasons == ["non-retryable", "validation"], reasons
+        assert ((k.qc(name) or {}).get("status") or {}).get("counts", {}).get("rejected") == 2
+        assert any("/commits/" in key for key in s3.keys(ckpt))
