@@ -5,7 +5,8 @@ checkpoint there, outputs discarded), with the PoisonPolicy they name
 against the local S3 server; and the handler project template's manifest
 (handler-project/deploy/orders.yaml: its PoisonPolicy and QueueConsumer) with the template's
 own handler, its checkpoint on `s3a://` too; and queueconsumer-full.yaml under
-poisonpolicy-full.yaml, every field of each.
+poisonpolicy-full.yaml, every field of each; and queueconsumer-avro.yaml through the local
+Schema Registry.
 Only what cannot be the same here is changed: the broker's address and the topic, the handler
 (a test handler instead of the team's `lake.clicks:to_row`), `paused`, the S3 server's
 endpoint in `spec.spark.conf`, and a folder of the test's own in each bucket."""
@@ -22,8 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from antidote_api.formats import sink_subject
 from antidote_api.headers import ERROR_CLASS, REASON
 from antidote_devstack import s3 as s3server
+from antidote_devstack import schema_registry as registry
 
 from antidote_testkit.kafka_io import produce, read_all
 from antidote_testkit.operators import Cluster, install_crds, operator, wait_for
@@ -209,4 +212,61 @@ def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_
         reasons = sorted(dict(r.headers)[REASON].decode() for r in dlq)
         assert reasons == ["non-retryable", "validation"], reasons
         assert ((k.qc(name) or {}).get("status") or {}).get("counts", {}).get("rejected") == 2
+        assert any("/commits/" in key for key in s3.keys(ckpt))
+
+
+def test_the_avro_example_decodes_and_encodes_through_the_registry_with_its_checkpoint_on_s3(
+        api_client, namespace, stack, s3, schema_registry, kubeconfig, kafka_bootstrap, topic_factory,
+        tmp_path) -> None:
+    """queueconsumer-avro.yaml (Avro values from the Schema Registry, an Avro sink) under the
+    policy it names (poisonpolicy-minimal.yaml) on the dev runner, its checkpoint on the local
+    S3 server, its registry the local one (its credentials Secret made here; the local
+    registry asks for none): the handler gets each decoded record and its dict is written with
+    the sink subject's latest schema; a value not in the wire format is quarantined as
+    `validation`. Changed: the broker, the topics, the registry's URL, the handler (the
+    test's `order_out` for the team's `payments.handlers:settle`), the S3 endpoint."""
+    from .test_consumer_formats import ORDER, avro
+    from .test_consumer_sink_formats import decoded
+
+    install_crds(api_client)
+    k = Cluster(api_client, namespace)
+    qc, pp = _doc("queueconsumer-avro.yaml"), _doc("poisonpolicy-minimal.yaml")
+    assert qc["spec"]["policyRef"]["name"] == pp["metadata"]["name"]
+    spec = qc["spec"]
+    registry_secret = spec["source"]["kafka"]["schemaRegistry"]["secretRef"]["name"]
+    k.core.create_namespaced_secret(namespace, {"metadata": {"name": registry_secret},
+                                                "stringData": {"username": "payments", "password": "unused"}})
+    assert spec["checkpoint"]["location"].startswith("s3a://")
+    folder = f"t-{uuid.uuid4().hex[:8]}"
+    try:
+        s3server.make_bucket(s3.server, spec["checkpoint"]["location"].removeprefix("s3a://").split("/", 1)[0])
+    except OSError as err:
+        assert "already" in str(err).lower(), err
+    source, sink = topic_factory(), topic_factory("-settled")
+    source_id = registry.register(schema_registry, sink_subject(source), json.dumps(ORDER))
+    sink_id = registry.register(schema_registry, sink_subject(sink), json.dumps(ORDER))
+    spec["source"]["kafka"].update(bootstrapServers=kafka_bootstrap, topic=source)
+    spec["source"]["kafka"]["schemaRegistry"]["url"] = schema_registry
+    spec["sink"]["kafka"]["topic"] = sink
+    spec["handler"] = "tests.integration.handlers_formats:order_out"
+    spec["checkpoint"]["location"] = _in_folder(spec["checkpoint"]["location"], folder)
+    spec.setdefault("spark", {}).setdefault("conf", {}).update(s3.spark_conf())
+    ckpt = spec["checkpoint"]["location"].removeprefix("s3a://")
+
+    records = [{"id": f"p{i}", "qty": i} for i in range(10)]
+    produce(kafka_bootstrap, source, [(None, v, None) for v in
+                                      [*(avro(source_id, r) for r in records), b"not avro"]])
+    k.create(pp)
+    k.create(qc)
+    name = qc["metadata"]["name"]
+
+    env = {**s3.env(stack), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    args = ("--dev-runner", "--dev-runner-dir", str(tmp_path / "dev-runner"), "--dev-runner-master", "local[1]")
+    with operator(kubeconfig, namespace, tmp_path, *args, env=env) as op:
+        wait_for(lambda: _counts(k, name) == (10, 1), "10 processed and 1 quarantined", timeout=300)
+        out = [decoded(schema_registry, r.value) for r in read_all(kafka_bootstrap, sink)]
+        assert {i for i, _ in out} == {sink_id}, op.log()[-3000:]
+        assert sorted((d for _, d in out), key=lambda d: d["qty"]) == records
+        (poison,) = read_all(kafka_bootstrap, f"{source}.poison")
+        assert poison.value == b"not avro" and dict(poison.headers)[REASON] == b"validation"
         assert any("/commits/" in key for key in s3.keys(ckpt))
