@@ -96,6 +96,7 @@ def test_an_s3a_example_writes_its_checkpoint_and_sink_to_s3_on_the_dev_runner(
 PROJECT = EXAMPLES / "handler-project"
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md): ~1 min each on the S3 worker
 def test_the_handler_projects_manifest_runs_its_own_handler_with_its_checkpoint_on_s3(
         api_client, namespace, stack, s3, kubeconfig, kafka_bootstrap, topic_factory, tmp_path) -> None:
     """examples/handler-project/deploy/orders.yaml (its PoisonPolicy and QueueConsumer), with
@@ -154,6 +155,7 @@ def _counts(k: Cluster, name: str) -> tuple[int, int]:
     return counts.get("processed", 0), counts.get("poisoned", 0)
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md): ~1 min each on the S3 worker
 def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_their_env(
         api_client, namespace, stack, s3, kubeconfig, kafka_bootstrap, topic_factory, tmp_path) -> None:
     """queueconsumer-full.yaml (every field: its Kafka Secret, env and envFrom, volumes,
@@ -215,6 +217,7 @@ def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_
         assert any("/commits/" in key for key in s3.keys(ckpt))
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md): ~1 min each on the S3 worker
 def test_the_avro_example_decodes_and_encodes_through_the_registry_with_its_checkpoint_on_s3(
         api_client, namespace, stack, s3, schema_registry, kubeconfig, kafka_bootstrap, topic_factory,
         tmp_path) -> None:
