@@ -66,7 +66,8 @@ def commit_aborted(err: KafkaError) -> bool:
 
 class TransactionalWriter:
     def __init__(self, bootstrap: str, transactional_id: str, conf: dict[str, str] | None = None,
-                 *, what: str = "the ledger", max_batch_bytes: int | None = None):
+                 *, what: str = "the ledger", max_batch_bytes: int | None = None,
+                 topic_refusals: bool = False):
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.conf = dict(conf or {})
@@ -76,6 +77,11 @@ class TransactionalWriter:
         # to it fails the same way.
         self.batching = {} if max_batch_bytes is None else {"batch.size": max(1024, max_batch_bytes)}
         self.what = what
+        # Whether a transaction an ACL refuses (TOPIC_REFUSALS) raises RecordRefused too: the
+        # consumer's ledger, whose caller retries the same settle and disables the queue. Not
+        # the reader's, which takes a refused record for its message's failure and would give
+        # every message its disposition (Drop: lose them) for a topic it may not write.
+        self.topic_refusals = topic_refusals
         # Why this instance was fenced. Kept as text: a kept exception would keep its
         # traceback's frames, and with them the dead producer, alive.
         self.fenced: str | None = None
@@ -152,7 +158,8 @@ class TransactionalWriter:
                 self._abort(p, err)
                 if self._refusals and not isinstance(err, RecordRefused):
                     raise RecordRefused(self._refusals[0]) from err
-                if isinstance(err, KafkaException) and err.args[0].code() in TOPIC_REFUSALS and topics:
+                if (self.topic_refusals and isinstance(err, KafkaException)
+                        and err.args[0].code() in TOPIC_REFUSALS and topics):
                     raise RecordRefused(topic_refusal(sorted(topics), err.args[0].str())) from err
                 raise
         except KafkaException as err:
