@@ -106,6 +106,10 @@ class Metric(StrEnum):
     # Per source partition, for the executor autoscaling (operator.md, "Executors scaled by lag").
     SOURCE_PARTITION_OFFSET = "antidote_source_partition_offset"
     SOURCE_PARTITION_LAG = "antidote_source_partition_lag_records"
+    # Per poison and dead-letter topic: the records the reader has not resolved yet, and how
+    # long the first of them has waited (driver.poison_age; AntidotePoisonAging reads the age).
+    POISON_WAITING = "antidote_poison_waiting_records"
+    POISON_OLDEST_AGE = "antidote_poison_oldest_age_seconds"
 
     @property
     def registered(self) -> str:

@@ -17,7 +17,7 @@ from ..api_cases import ROOT
 RULES = ROOT / "charts/antidote/files/alerts.yaml"
 TESTS = sorted((ROOT / "tests/alerts").glob("*.test.yaml"))
 ALERTS = {"AntidoteQueueDisabled", "AntidotePoisonRateHigh", "AntidotePoisonTopicGrowing",
-          "AntidoteConsumerStuck", "AntidoteConsumerNotRunning", "AntidoteRetryRecordsLost",
+          "AntidotePoisonAging", "AntidoteConsumerStuck", "AntidoteConsumerNotRunning", "AntidoteRetryRecordsLost",
           "AntidoteReaderJobFailed",
           "AntidoteOperatorDown"}
 
@@ -88,3 +88,17 @@ def test_rendered_prometheusrule_carries_the_same_rules(stack, tmp_path: Path) -
         copy = tmp_path / t.name
         copy.write_text(t.read_text().replace("../../charts/antidote/files/alerts.yaml", str(extracted)))
         assert "SUCCESS" in run(promtool(), "test", "rules", copy)
+
+
+def test_the_chart_value_sets_the_poison_aging_threshold(stack) -> None:
+    """monitoring.prometheusRule.poisonAgingSeconds replaces AntidotePoisonAging's default
+    threshold (the file's) in the rendered rule, and nothing else changes."""
+    env = {**os.environ, **stack.env()}
+    rendered = run("helm", "template", "t", ROOT / "charts/antidote", "--set", "monitoring.enabled=true",
+                   "--set", "monitoring.prometheusRule.poisonAgingSeconds=3600",
+                   "--show-only", "templates/monitoring/prometheusrule.yaml", env=env)
+    spec = yaml.safe_load(rendered)["spec"]
+    default = yaml.safe_load(RULES.read_text())
+    (aging,) = [r for g in spec["groups"] for r in g["rules"] if r["alert"] == "AntidotePoisonAging"]
+    assert aging["expr"].strip().endswith("(antidote_poison_oldest_age_seconds) > 3600"), aging["expr"]
+    assert yaml.safe_dump(spec).replace("> 3600", "> 86400") == yaml.safe_dump(default)

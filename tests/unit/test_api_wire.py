@@ -21,6 +21,8 @@ def test_the_consumer_exposes_every_metric_the_operator_reads() -> None:
     m.consecutive.labels(namespace="ns", consumer="orders").set(0)
     m.partition_lag.labels(namespace="ns", consumer="orders", topic="t", partition="0").set(0)
     m.partition_offset.labels(namespace="ns", consumer="orders", topic="t", partition="0").set(0)
+    m.poison_waiting.labels(namespace="ns", consumer="orders", topic="t.poison", kind="poison").set(0)
+    m.poison_oldest_age.labels(namespace="ns", consumer="orders", topic="t.poison", kind="poison").set(0)
     m.set_disabled(None)
     exposed = {s.name for fam in m.registry.collect() for s in fam.samples}
     missing = {name.value for name in Metric} - exposed

@@ -31,6 +31,7 @@ from .liveness import stall_after
 from .metrics import Metrics
 from .offsets import committed_offsets, starting_offsets
 from .outage_log import OutageLog
+from .poison_age import PoisonAge
 from .recreated import RetryTopicGone, TopicRecreated, check as check_topics, refusal, watch
 from .retry_pump import RetryPump, RetryReader
 
@@ -94,6 +95,7 @@ class Consumer:
         self.offsets = self.retry.uncommitted if self.retry else KafkaConsumer({
             **conf, "bootstrap.servers": settings.source.bootstrap_servers, "group.id": "antidote-depths",
             "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+        self.poison_age = PoisonAge(settings, conf, metrics)  # its own thread, from run()
         metrics.liveness.stall_after = stall_after(settings.retries.attempt_timeout.seconds)
         # A SIGTERM waits this long for the current batch (then cuts it short; it runs again
         # after the restart): never longer than one attempt's limit, so a hung handler (whose
@@ -318,6 +320,7 @@ class Consumer:
             log.error("%s", self.runtime.ledger.fenced)
             return ExitCode.FENCED
         self.update_depths()
+        self.poison_age.start()
         # What the driver holds once it is up (Spark's and py4j's Python side, pydantic, the
         # modules) is long-lived. At 1% poison each settle keeps ~1,000 failed rows and their
         # records alive across younger collections, and a full collection walking all of it
@@ -356,6 +359,7 @@ class Consumer:
             else:
                 raise
         finally:
+            self.poison_age.stop()
             self._end_pump()
             if pump.is_alive():
                 pump.join(timeout=self._pump_wait_left())

@@ -167,7 +167,8 @@ class Ledger:
         # Told (state before, state read again) after an in-doubt commit was resolved.
         self.on_reload: Callable[[LedgerState, LedgerState], None] | None = None
         self.writer = TransactionalWriter(bootstrap, transactional_id, self.conf,
-                                          what=f"the ledger {topic}", max_batch_bytes=max_batch_bytes)
+                                          what=f"the ledger {topic}", max_batch_bytes=max_batch_bytes,
+                                          topic_refusals=True)
 
     @property
     def fenced(self) -> str | None:

@@ -76,6 +76,15 @@ class Metrics:
                                       registry=r)
         self.depth = Gauge(Metric.TOPIC_DEPTH, "Records in Antidote's topics (end - start offset).",
                            LABELS + ("topic", "kind"), registry=r)
+        # Per poison and dead-letter topic (driver.poison_age): what no reader has resolved yet.
+        self.poison_waiting = Gauge(Metric.POISON_WAITING,
+                                    "Records of a poison or dead-letter topic after its reader's "
+                                    "position (offsets: an upper bound; 0 when none waits).",
+                                    LABELS + ("topic", "kind"), registry=r)
+        self.poison_oldest_age = Gauge(Metric.POISON_OLDEST_AGE,
+                                       "Seconds since the first waiting record of a poison or "
+                                       "dead-letter topic was quarantined; 0 when none waits.",
+                                       LABELS + ("topic", "kind"), registry=r)
         # Where the last poison message came from is in two gauges' values, not in labels: an
         # offset label would make a new time series per poison message. The labels left are
         # bounded by the code (reasons, exception classes) and the settings (the topic).

@@ -29,6 +29,10 @@ COMMIT_TIMEOUT_S = 60.0  # commit_transaction's own part: the coordinator's answ
 DELIVERY_TIMEOUT_S = 60.0  # the transaction's records delivered, before the commit
 # What librdkafka and the broker say to a producer whose transactional id a newer one took.
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+# A transaction's error that is a topic's refusal of its records, though no record's delivery
+# report says so: the coordinator would not add a topic this producer may not write (an ACL)
+# to the transaction, which fails the whole transaction at its commit.
+TOPIC_REFUSALS = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
 
 # topic, partition, key, value, headers[, timestamp]: a timestamp (epoch ms) sets the record's
 # CreateTime (retry records carry their settle time, see driver.retry_plan); else the client's now.
@@ -62,7 +66,8 @@ def commit_aborted(err: KafkaError) -> bool:
 
 class TransactionalWriter:
     def __init__(self, bootstrap: str, transactional_id: str, conf: dict[str, str] | None = None,
-                 *, what: str = "the ledger", max_batch_bytes: int | None = None):
+                 *, what: str = "the ledger", max_batch_bytes: int | None = None,
+                 topic_refusals: bool = False):
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.conf = dict(conf or {})
@@ -72,6 +77,11 @@ class TransactionalWriter:
         # to it fails the same way.
         self.batching = {} if max_batch_bytes is None else {"batch.size": max(1024, max_batch_bytes)}
         self.what = what
+        # Whether a transaction an ACL refuses (TOPIC_REFUSALS) raises RecordRefused too: the
+        # consumer's ledger, whose caller retries the same settle and disables the queue. Not
+        # the reader's, which takes a refused record for its message's failure and would give
+        # every message its disposition (Drop: lose them) for a topic it may not write.
+        self.topic_refusals = topic_refusals
         # Why this instance was fenced. Kept as text: a kept exception would keep its
         # traceback's frames, and with them the dead producer, alive.
         self.fenced: str | None = None
@@ -117,10 +127,11 @@ class TransactionalWriter:
             self._producer = self._new_producer()
         p = self._producer
         self._refusals.clear()
+        topics: set[str] = set()  # of `records`: what a topic refusal names
         try:
             p.begin_transaction()
             try:
-                self._produce_all(p, records, before)
+                self._produce_all(p, records, before, topics)
                 if check_records:
                     p.flush(COMMIT_TIMEOUT_S)
                     self._raise_refused()
@@ -147,6 +158,9 @@ class TransactionalWriter:
                 self._abort(p, err)
                 if self._refusals and not isinstance(err, RecordRefused):
                     raise RecordRefused(self._refusals[0]) from err
+                if (self.topic_refusals and isinstance(err, KafkaException)
+                        and err.args[0].code() in TOPIC_REFUSALS and topics):
+                    raise RecordRefused(topic_refusal(sorted(topics), err.args[0].str())) from err
                 raise
         except KafkaException as err:
             if err.args[0].code() in FENCED:
@@ -155,9 +169,12 @@ class TransactionalWriter:
                 raise Fenced(self.fenced) from err
             raise
 
-    def _produce_all(self, p: Producer, records: Iterable[Record], before) -> None:
+    def _produce_all(self, p: Producer, records: Iterable[Record], before,
+                     topics: set[str] | None = None) -> None:
         for topic, partition, key, value, headers, *stamp in records:
             ts = stamp[0] if stamp else 0  # 0: librdkafka's now
+            if topics is not None:
+                topics.add(topic)
             if before is not None:
                 before(topic)
             # Spark hands binary columns over as bytearray; the client wants bytes.
@@ -257,6 +274,12 @@ class TransactionalWriter:
             self._producer = None
             if abort_err.args[0].code() in FENCED:
                 self._fence(abort_err)
+
+
+def topic_refusal(topics: list[str], error: str) -> str:
+    """RecordRefused's text for a transaction refused for one of `topics` (the broker does
+    not say which): `<topic>: <error>`, as a record's refusal reads."""
+    return f"{topics[0]}: {error}" if len(topics) == 1 else f"one of {', '.join(topics)}: {error}"
 
 
 def _plain(headers: list) -> bool:
