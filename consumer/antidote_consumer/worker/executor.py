@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from antidote_consumer.kafka import headers as h
 
-from . import collector, sink
+from . import attempt_reports, collector, sink
 from .attempts import Plan, Reason, plan_of, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .encode import with_formats
@@ -24,7 +24,7 @@ from .handler import encode_output, load_handler
 from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
-from .sink_txn import ExactlyOnce, PartitionSink
+from .sink_txn import ExactlyOnce, PartitionSink, retried_task
 from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
@@ -129,6 +129,8 @@ class WorkerConfig:
     formats: dict | None = None
     # spec.sink.kafka.valueFormat: outputs encoded with a registry's schema (encode.py)
     sink_format: dict | None = None
+    # The driver's attempt reports endpoint, (url, secret, run): worker/attempt_reports.py
+    reports: tuple[str, str, str] | None = None
 
 
 _cache: dict[Any, Any] = {}
@@ -136,7 +138,7 @@ _cache: dict[Any, Any] = {}
 
 def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     # dicts: not hashable; chains and due_by change with every batch
-    key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None, exactly_once=None)))
+    key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None, exactly_once=None, reports=None)))
     if key not in _cache:
         _cache[key] = (plan_of(cfg), with_formats(load_handler(cfg.handler), cfg.formats, cfg.sink_format))
     return _cache[key]
@@ -168,7 +170,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     sinks: dict[tuple[str, int], PartitionSink] = {}
     part: PartitionSink | None = None
     writes = eos is not None and not cfg.emit_outputs and cfg.sink_kafka is not None
-    retried = eos is not None and _retried_task()
+    retried = eos is not None and retried_task()
+    rep = attempt_reports.reporter(cfg.reports)  # outcomes told to the driver as they come
 
     n_ok = n_attempts = largest = 0
     ends: dict[tuple[str, int], int] = {}
@@ -210,6 +213,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
         if not one_partition:
             note_ends(topics, parts, offsets, ends)
         cap = max(cap, len(keys))
+        rep.progress(n_ok)
         now = int(time.time() * 1000)
         for key, value, topic, partition, offset, ts, raw in zip(
                 keys, values, topics, parts, offsets, stamps, headers):
@@ -309,6 +313,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 finally:  # also when SystemExit & co. end the task: the worker may be reused
                     wd.started = 0.0
             if failed is not None:
+                rep.failed(failed, n_ok)  # a failing message for the live breaker, before its retries
                 # Outside the except block: the next attempts' errors must not chain to this one.
                 result = run_pass(msg, timed, plan, cycle, failed=failed)
             if result is None:
@@ -335,6 +340,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                         yield sent(out)
                     continue
                 output, calls = result.output, result.attempts
+                rep.recovered += failed is not None  # judged once: as failing
             n_ok += 1
             if order is not None:
                 order.after(msg.partition, key, msg.offset, retry_cycle=None, now=now)
@@ -360,6 +366,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     yield sent(out)
     if producer is not None:
         sink.delivered(producer, sink_topic)
+    rep.close(n_ok)
     for where, p in sinks.items():
         if writes and where in ends:
             p.commit(ends[where] + 1)  # the rest of its outputs, and its entry
@@ -387,18 +394,6 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     for name in RESULT_FIELDS:
         last[name] += summary[name]
     yield last if as_columns else pa.RecordBatch.from_pydict(last, schema=_arrow_schema())
-
-
-def _retried_task() -> bool:
-    """Whether this task is Spark's retry of one that failed (which may have committed part of
-    its partition's outputs before it died): it reads its entry from the ledger."""
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-    except ImportError:  # the local worker: no Spark
-        return False
-    return ctx is not None and ctx.attemptNumber() > 0  # (no shuffle: no stage is retried)
 
 
 def _columns(out: list[tuple]) -> dict[str, list]:

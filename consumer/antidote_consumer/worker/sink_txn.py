@@ -239,3 +239,15 @@ class PartitionSink:
             self._open = None
         return RuntimeError(f"sink topic {self.sink_topic}: {len(self.buffer)} outputs not committed: "
                             f"{err.args[0]}")
+
+
+def retried_task() -> bool:
+    """Whether this task is Spark's retry of one that failed (which may have committed part of
+    its partition's outputs before it died): it reads its entry from the ledger."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except ImportError:  # the local worker: no Spark
+        return False
+    return ctx is not None and ctx.attemptNumber() > 0  # (no shuffle: no stage is retried)
