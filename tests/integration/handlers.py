@@ -190,3 +190,15 @@ def gated_flaky_upper(msg):
         return gated_slow_upper(msg)
     time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
     return flaky_upper(msg)
+
+
+def hang_then_fail(msg):
+    """A downstream that lets calls time out: every call waits 4 s and then fails with
+    TimeoutError, until the file $ANTIDOTE_TEST_CALLS_DIR/<topic>.fixed exists (the cause
+    fixed); then `upper`. Each call is recorded as it starts (its time is the first call's)."""
+    _record(msg)
+    folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
+    if folder and os.path.exists(os.path.join(folder, f"{msg.topic}.fixed")):
+        return (msg.value or b"").upper()
+    time.sleep(4)
+    raise TimeoutError("downstream call timed out after 4s")

@@ -137,9 +137,10 @@ def test_reporter_figures_count_distinct_messages() -> None:
     r.failed(ConnectionError("down"), n_ok=3)
     r.failed(NonRetryable("bad content"), n_ok=3)  # judged, not failing
     r.failed(TimeoutError("slow"), n_ok=3)
-    r.recovered += 1  # the timed-out one succeeded on its next attempt: still one message
+    assert r.figures() == (2, 3 + 2 + 1)  # failing as soon as an attempt failed
+    r.failing -= 1  # the timed-out one succeeded on its next attempt (process does this)
     r.close(n_ok=4)
-    assert r.figures() == (2, 4 - 1 + 2 + 1)
+    assert r.figures() == (1, 4 + 1 + 1)
 
 
 @pytest.fixture
@@ -213,3 +214,20 @@ def test_process_reports_failing_messages_while_the_task_runs(endpoint: LiveBrea
     assert 3 <= len(failed) < 30, len(failed)
     assert time.monotonic() - started < 10
     seen_tripped.clear()
+
+
+# --- where executors reach the endpoint ---------------------------------------------------------
+def test_the_driver_pod_serves_reports_on_a_named_port_and_the_dev_runner_on_any() -> None:
+    from antidote_devrunner.local import translate
+    from antidote_operator.builders import driver as builders
+    from antidote_operator.builders.common import RenderOptions
+
+    opts = RenderOptions()
+    svc = builders.build_service("orders", opts)
+    assert {"name": "reports", "port": 4044, "targetPort": 4044, "protocol": "TCP"} in svc["spec"]["ports"]
+    args = builders.consumer_args(opts)
+    assert args[args.index("--reports-port") + 1] == "4044"
+    # Local drivers of the dev runner share a machine: each takes a free port.
+    argv, _ = translate({"command": ["antidote"], "args": args}, settings_path="/s.yaml", metrics_port=4001,
+                        master="local[1]")
+    assert argv[argv.index("--reports-port") + 1] == "0"

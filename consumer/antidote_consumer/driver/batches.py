@@ -95,6 +95,7 @@ class Runtime:
                                              self.stopping, retry_sleep),
                                max_held=self.cfg.max_held)
         self.live = live_breaker(spark, self.settler.systemic, reports_port)  # judged as attempts end
+        self.cfg = dataclasses.replace(self.cfg, reports=self.live.target())  # tasks read the run from Spark
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:

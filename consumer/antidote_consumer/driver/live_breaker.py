@@ -65,6 +65,10 @@ class LiveBreaker:
         self._lock = threading.Lock()
         self._runs: dict[str, tuple[RunTally, float, Callable[[], None]]] = {}
         self.tripped: QueueDisabled | None = None
+        # What the judge saw (the log at DEBUG, tests): reports of running runs, and the
+        # run figures with the most failed messages.
+        self.judged_reports = 0
+        self.most_failed: tuple[int, int] = (0, 0)
         self._server: ThreadingHTTPServer | None = None
 
     # --- the endpoint ----------------------------------------------------------------------
@@ -142,6 +146,8 @@ class LiveBreaker:
             if self.tripped is not None:
                 return True
             failed, judged = tally.figures()
+            self.judged_reports += 1
+            self.most_failed = max(self.most_failed, (failed, judged))
             now = self.clock()
             if not self.rule.live(failed, judged, now):
                 return True

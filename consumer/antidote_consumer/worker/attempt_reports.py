@@ -5,7 +5,8 @@ Spark's accumulators reach the driver only when a task ends, and a task of hangi
 ends minutes later; so each task (a Spark Python worker's, or the driver's local worker's)
 posts its running figures to the driver's report endpoint: how many distinct messages it
 judged, and how many of them failed (a message counts as failing as soon as an attempt of
-it failed). Figures are cumulative per task, so a lost or late report costs nothing but
+it failed, and as a success again if a later attempt succeeds, as at the batch's end).
+Figures are cumulative per task, so a lost or late report costs nothing but
 time: the next one carries everything.
 
 The hot loop never waits on the driver: it updates counters and, at a task's first failure
@@ -44,7 +45,9 @@ class Reporter:
     def __init__(self, target: tuple[str, str, str] | None, task: tuple[int, int] = (0, 0)):
         self.target = target
         self.task = task  # (Spark partition id, attempt number): a retried task replaces its earlier try
-        self.failing = self.other = self.recovered = self.n_ok = 0
+        # Messages whose attempt failed (and none succeeded since: the hot loop takes one off
+        # when a later attempt succeeds), NonRetryable ones, and the task's successes.
+        self.failing = self.other = self.n_ok = 0
         self.done = False
         self._next = time.monotonic() + PERIOD
         self._wake = threading.Event()
@@ -75,9 +78,8 @@ class Reporter:
             self._wake.set()
 
     def figures(self) -> tuple[int, int]:
-        """(failed, judged) distinct messages: a message that failed and then succeeded is
-        one failing message, not also a success."""
-        return self.failing, self.n_ok - self.recovered + self.failing + self.other
+        """(failed, judged) distinct messages."""
+        return self.failing, self.n_ok + self.failing + self.other
 
     def _send(self) -> None:
         if self.target is None:

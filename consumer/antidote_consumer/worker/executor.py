@@ -340,7 +340,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                         yield sent(out)
                     continue
                 output, calls = result.output, result.attempts
-                rep.recovered += failed is not None  # judged once: as failing
+                rep.failing -= failed is not None  # it failed, then succeeded: a success
             n_ok += 1
             if order is not None:
                 order.after(msg.partition, key, msg.offset, retry_cycle=None, now=now)
