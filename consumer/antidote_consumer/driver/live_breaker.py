@@ -190,12 +190,12 @@ def spark_run(spark, breaker: LiveBreaker):
 
     @contextlib.contextmanager
     def scope():
-        sc = spark.sparkContext
         tag = f"antidote-run-{secrets.token_hex(6)}"
-        run = breaker.begin(lambda: sc.cancelJobsWithTag(tag))
+        run = breaker.begin(lambda: spark.sparkContext.cancelJobsWithTag(tag))
         if run is None:
             yield None
             return
+        sc = spark.sparkContext
         sc.setLocalProperty(RUN_PROPERTY, run)
         sc.addJobTag(tag)
         try:
