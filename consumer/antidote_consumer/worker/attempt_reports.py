@@ -137,7 +137,7 @@ def reporter(target: tuple[str, str, str] | None) -> Reporter:
         ctx = TaskContext.get()
     except ImportError:
         ctx = None
-    run = ctx.getLocalProperty(RUN_PROPERTY) if ctx is not None else None
-    if not run:
+    task_run = ctx.getLocalProperty(RUN_PROPERTY) if ctx is not None else None
+    if ctx is None or not task_run:
         return Reporter(None)
-    return Reporter((url, secret, run), (ctx.partitionId(), ctx.attemptNumber()))
+    return Reporter((url, secret, task_run), (ctx.partitionId(), ctx.attemptNumber()))
