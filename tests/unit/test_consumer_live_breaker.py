@@ -231,3 +231,17 @@ def test_the_driver_pod_serves_reports_on_a_named_port_and_the_dev_runner_on_any
     argv, _ = translate({"command": ["antidote"], "args": args}, settings_path="/s.yaml", metrics_port=4001,
                         master="local[1]")
     assert argv[argv.index("--reports-port") + 1] == "0"
+
+
+def test_a_taken_port_leaves_the_ratio_to_the_batchs_end() -> None:
+    import socket
+    from types import SimpleNamespace
+
+    from antidote_consumer.driver.live_breaker import started
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]"))
+        b = started(spark, rule(), taken.getsockname()[1])
+    assert b.url is None and b.begin(lambda: None) is None  # no live run; settle still judges

@@ -178,7 +178,11 @@ def started(spark, rule: SystemicRule, port: int | None) -> LiveBreaker:
         sc = spark.sparkContext
         local = sc.master.startswith("local")
         host = "127.0.0.1" if local else sc.getConf().get("spark.driver.host", "127.0.0.1")
-        breaker.start(host, port, bind="127.0.0.1" if local else "0.0.0.0")
+        try:
+            breaker.start(host, port, bind="127.0.0.1" if local else "0.0.0.0")
+        except OSError as err:  # the port taken: judged at each batch's end, as before
+            log.warning("attempt reports endpoint not started on port %d (%s): the failure ratio is "
+                        "judged when each batch ends", port, err)
     return breaker
 
 
