@@ -25,6 +25,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--until-idle", action="store_true",
                    help="exit 0 once the source and retry topics are drained and no retry is pending")
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
+    p.add_argument("--reports-port", type=int, default=0,
+                   help="port of the endpoint executors report attempt outcomes to, for the "
+                        "systemic-failure breaker judged while a batch runs (default 0: any free port)")
     p.add_argument("--master", default=None, help="Spark master (default local[2], or the settings')")
     p.add_argument("--metrics-linger", type=float, default=METRICS_LINGER_S,
                    help="after disabling its queue, keep serving /metrics this many seconds (or "
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         try:
             consumer = Consumer(settings, spark, metrics, trigger_interval=args.trigger_interval,
-                                client_conf=conf)
+                                client_conf=conf, reports_port=args.reports_port)
         except (KafkaAuthError, RedactionKeyError) as err:  # exit 2: restarted with back-off, a fixed Secret is read
             print(f"{CONSUMER_PREFIX}{err}", file=sys.stderr)
             return 2

@@ -134,8 +134,10 @@ def jars_env() -> dict[str, str]:
 def translate(container: Mapping[str, Any], *, settings_path: str, metrics_port: int,
               master: str) -> tuple[list[str], dict[str, str]]:
     """The local command line and extra environment for a Deployment's driver container."""
+    # --reports-port: any free one, as several local drivers share the machine.
     out = _local_argv(container, {"--settings": settings_path, "--metrics-port": str(metrics_port),
-                                  "--master": master}, append=("--metrics-port", "--master"))
+                                  "--reports-port": "0", "--master": master},
+                      append=("--metrics-port", "--master"))
     env = {e["name"]: str(e["value"]) for e in container.get("env") or []
            if "value" in e and e["name"] != "SPARK_CONF_DIR"}
     return out, env

@@ -190,3 +190,32 @@ def gated_flaky_upper(msg):
         return gated_slow_upper(msg)
     time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
     return flaky_upper(msg)
+
+
+def hang_then_fail(msg):
+    """A downstream that lets calls time out: every call waits 4 s and then fails with
+    TimeoutError, until the file $ANTIDOTE_TEST_CALLS_DIR/<topic>.fixed exists (the cause
+    fixed); then `upper`. A value starting with b"ok" needs no downstream: `upper` at once.
+    Each call is recorded as it starts (its time is the first call's)."""
+    _record(msg)
+    folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
+    fixed = folder and os.path.exists(os.path.join(folder, f"{msg.topic}.fixed"))
+    if fixed or (msg.value or b"").startswith(b"ok"):
+        return (msg.value or b"").upper()
+    time.sleep(4)
+    raise TimeoutError("downstream call timed out after 4s")
+
+
+def bad_then_hang(msg):
+    """For a retry batch in the local worker: a value holding b"bad" fails at once on its first
+    delivery, and every later delivery waits 4 s and then fails (the downstream it retries
+    on hangs), until $ANTIDOTE_TEST_CALLS_DIR/<topic>.fixed exists; other values are `upper`."""
+    _record(msg)
+    folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
+    value = msg.value or b""
+    if b"bad" not in value or (folder and os.path.exists(os.path.join(folder, f"{msg.topic}.fixed"))):
+        return value.upper()
+    if msg.attempt == 1:
+        raise ValueError(f"offset {msg.offset} refused")
+    time.sleep(4)
+    raise TimeoutError("downstream call timed out after 4s")

@@ -77,7 +77,7 @@ def test_deployment_runs_one_driver_with_the_mounted_settings() -> None:
     (c,) = pod["containers"]
     assert c["command"] == ["antidote"]
     assert c["args"] == ["consumer", "--settings", "/etc/antidote/settings.yaml", "--metrics-port", "9090",
-                         "--master", "k8s://https://kubernetes.default.svc"]
+                         "--reports-port", "4044", "--master", "k8s://https://kubernetes.default.svc"]
     env = {e["name"]: e for e in c["env"]}
     assert env["SPARK_CONF_DIR"]["value"] == "/etc/antidote"
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -207,7 +207,8 @@ def test_headless_service_exposes_driver_and_metrics() -> None:
                        if k.startswith("spark.kubernetes.executor.label.")}
     assert svc["selector"].items() <= driver_labels.items()
     assert not svc["selector"].items() <= executor_labels.items()
-    assert {p["name"]: p["port"] for p in svc["ports"]} == {"driver": 7078, "blockmanager": 7079, "metrics": 9090}
+    assert {p["name"]: p["port"] for p in svc["ports"]} == {"driver": 7078, "blockmanager": 7079, "metrics": 9090,
+                                                          "reports": 4044}
     assert builders.metrics_url("orders", "shop") == "http://orders.shop.svc:9090/metrics"
 
 

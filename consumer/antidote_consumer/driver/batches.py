@@ -20,7 +20,6 @@ from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.local import LocalWorker
 from antidote_consumer.worker.ordering import held_count
-from antidote_consumer.worker.redact import redactor_for
 
 from .disabled import QueueDisabled
 from .frames import (BatchResult, HandlerMap, batch_result, attempts_before, batch_keys, collect_results, frame,
@@ -28,6 +27,7 @@ from .frames import (BatchResult, HandlerMap, batch_result, attempts_before, bat
                      write_path_outputs)
 from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
+from .live_breaker import spark_run, started as live_breaker
 from .worker_config import worker_config
 from .liveness import RunBounds
 from .metrics import Metrics
@@ -50,7 +50,7 @@ QUIET_TIMEOUT = 30.0
 class Runtime:
     def __init__(self, settings: EffectiveSettings, spark, metrics: Metrics, *,
                  partitions: int, retry_sleep: float = 1.0, client_conf: dict | None = None,
-                 max_bytes: dict[str, int] | None = None):
+                 max_bytes: dict[str, int] | None = None, reports_port: int | None = 0):
         self.s = settings
         self.spark = spark
         self.metrics = metrics
@@ -89,12 +89,13 @@ class Runtime:
                              # Below librdkafka's 1 MB default only: room for a batch's framing.
                              max_batch_bytes=smallest - BATCH_FRAMING
                              if smallest is not None and smallest < DEFAULT_BATCH_BYTES else None)
-        self.settler = Settler(Targets(settings, partitions, self.max_bytes, self.consumer_id,
-                                       redactor_for(settings)),
+        self.settler = Settler(Targets.of(settings, partitions, self.max_bytes, self.consumer_id),
                                self.ledger, metrics, SystemicRule.of(settings.queue_disable),
                                RefusedCommit(self.ledger, settings.queue_disable, self._rollback,
                                              self.stopping, retry_sleep),
                                max_held=self.cfg.max_held)
+        self.live = live_breaker(spark, self.settler.systemic, reports_port)  # judged as attempts end
+        self.cfg = dataclasses.replace(self.cfg, reports=self.live.target())  # tasks read the run from Spark
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:
@@ -151,13 +152,15 @@ class Runtime:
                 return result
         # The liveness: a job past its bound stops the heartbeat (driver/liveness.py).
         try:
-            with self.metrics.running("a batch's Spark job", self.bounds.job()):
+            with self.metrics.running("a batch's Spark job", self.bounds.job()), spark_run(self.spark, self.live):
                 result = batch_result(self._run_job(df))
         except Exception as err:
             self.sink.failed()
+            self.live.check(err)  # a trip cancelled the job: the stop, no rollback
             if is_job_failure(err):
                 self._await_quiet_executors()
             raise
+        self.live.check()
         self.sink.ran(result, self.ledger.state)
         return result
 
@@ -206,7 +209,10 @@ class Runtime:
         cfg = self.cfg  # one snapshot: a source batch replaces self.cfg, never changes it
         if cfg.due_by is not None:
             cfg = dataclasses.replace(cfg, due_by=None)
-        return True, self._run_local(cfg, local_rows)
+        try:
+            return True, self._run_local(cfg, local_rows)
+        except QueueDisabled:
+            return True, None  # handle raises it, under the lock, and records it
 
     def _run_local(self, cfg: WorkerConfig, rows: list) -> BatchResult | None:
         """A retry batch in the local worker; None when it failed there (a dead worker, a sink
@@ -215,15 +221,22 @@ class Runtime:
         assert self.local is not None
         cfg = self.sink.current(cfg, self.ledger.state, emit=True)
         bound = self.bounds.local(len(rows))
+        run = self.live.begin(self.local.close)  # a trip kills the process: no outcome
+        cfg = dataclasses.replace(cfg, reports=self.live.target(run)) if run else cfg
         try:
             with self.metrics.running(f"a retry batch of {len(rows)} in the local worker", bound):
-                return batch_result(self.local.run(cfg, rows, timeout=bound))
+                ran = batch_result(self.local.run(cfg, rows, timeout=bound))
+            self.live.check()
+            return ran
         except Exception as err:  # noqa: BLE001 - see the docstring
+            self.live.check(err)  # QueueDisabled: run_ahead leaves it to handle
             if self.stopping.is_set():
                 raise  # killed by the stop: the batch runs again after the restart
             log.warning("retry batch in the local worker failed (%s): running it as a Spark job",
                         first_line(err))
             return None
+        finally:
+            self.live.end(run)
 
     def handle(self, df, *, batch_id: int | None = None, positions: dict[str, int] | None = None,
                local_rows: list | None = None, due_by: int | None = None,
@@ -256,6 +269,7 @@ class Runtime:
             # back and are written with the settle, as the local worker's are (sink_state).
             emitting, self.sink.emit = self.sink.emit, self.sink.emit or local_rows is not None
             try:
+                self.live.check()  # tripped in run_ahead, or in a batch on another thread
                 isolated: list
                 if ran is not None:
                     result, isolated = ran, []

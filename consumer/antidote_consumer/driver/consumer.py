@@ -52,7 +52,8 @@ DEPTHS_EVERY_S = 2.0
 
 class Consumer:
     def __init__(self, settings: EffectiveSettings, spark: SparkSession, metrics: Metrics,
-                 *, trigger_interval: float = 1.0, client_conf: dict[str, str] | None = None):
+                 *, trigger_interval: float = 1.0, client_conf: dict[str, str] | None = None,
+                 reports_port: int | None = 0):
         """`client_conf`: the source's librdkafka settings, already checked against a broker
         that answered (`antidote consumer` does so before Spark starts); else checked here."""
         self.s = settings
@@ -75,7 +76,8 @@ class Consumer:
                            **checkpoint_files(settings.checkpoint.location, settings.spark.conf)}.items():
             spark.conf.set(key, value)
         self.runtime = Runtime(settings, spark, metrics, partitions=self.partitions, client_conf=conf,
-                               max_bytes={topic: max_message_bytes(admin, topic) for topic in derived})
+                               max_bytes={topic: max_message_bytes(admin, topic) for topic in derived},
+                               reports_port=reports_port)  # live breaker's endpoint (live_breaker)
         self.runtime.arrow = ArrowRows(source_max, settings.spark.conf)
         # After a commit with an unknown result the ledger is read again (Ledger.reload): what
         # that commit counted, if it landed, is counted in the metrics too.
@@ -408,6 +410,7 @@ class Consumer:
         return max(0.0, self.stop_deadline - time.monotonic())
 
     def _close_clients(self) -> None:
+        self.runtime.live.stop()
         if self.runtime.local is not None:
             self.runtime.local.close()
         if self.retry:

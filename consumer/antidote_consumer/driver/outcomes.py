@@ -53,6 +53,13 @@ class Targets:
     # keeps of its value; None keeps it byte-identical. Retry and held records never use it.
     redact: Callable[..., Redacted] | None = None
 
+    @classmethod
+    def of(cls, s: EffectiveSettings, partitions: int, max_bytes: dict[str, int], consumer_id: str) -> Targets:
+        """A consumer's targets, with the redactor its policy's quarantine asks for."""
+        from antidote_consumer.worker.redact import redactor_for
+
+        return cls(s, partitions, max_bytes, consumer_id, redactor_for(s))
+
 
 @dataclass
 class Settlement:

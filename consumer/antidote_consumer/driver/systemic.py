@@ -42,9 +42,29 @@ class SystemicRule:
         horizon = now - self.window_s
         while self.window and self.window[0][0] < horizon:
             self.window.popleft()
-        n = sum(t for _, t, _ in self.window)
-        bad = sum(f for _, _, f in self.window)
-        return n >= self.min_messages and bad / n >= self.threshold
+        return self._over(0, 0, now)
+
+    def live(self, failed: int, total: int, now: float) -> bool:
+        """Whether the window with a running batch's figures so far (driver.live_breaker: its
+        distinct messages judged, and of them failed, as its attempts ended) trips the rule.
+        The window is read, not changed: the batch's figures join it when it is settled. Safe
+        beside `tripped` on another thread (a copy is read, nothing removed)."""
+        return self.enabled and self._over(failed, total, now)
+
+    def _over(self, failed: int, total: int, now: float) -> bool:
+        horizon = now - self.window_s
+        kept = [(t, f) for at, t, f in list(self.window) if at >= horizon]
+        n = total + sum(t for t, _ in kept)
+        bad = failed + sum(f for _, f in kept)
+        return n >= self.min_messages and n > 0 and bad / n >= self.threshold
+
+    def disabled_live(self, failed: int, total: int, after: float) -> QueueDisabled:
+        """The stop a rule tripped while the batch ran raises (driver.live_breaker)."""
+        return QueueDisabled(DisableReason.SYSTEMIC_FAILURE,
+                             f"{failed} of {total} messages judged so far failed, {after:.1f}s into the "
+                             f"batch (threshold {self.threshold:g}, with the window's settled batches): "
+                             "its running attempts were abandoned; nothing was quarantined and the "
+                             "batch stays unconsumed")
 
     def disabled(self, failed: int, total: int) -> QueueDisabled:
         """The stop a tripped rule raises, with the batch's figures."""

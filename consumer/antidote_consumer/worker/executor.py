@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from antidote_consumer.kafka import headers as h
 
-from . import collector, sink
+from . import attempt_reports, collector, sink
 from .attempts import Plan, Reason, plan_of, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .encode import with_formats
@@ -133,6 +133,8 @@ class WorkerConfig:
     # spec.sink.kafka.valueFormat: outputs encoded with a registry's schema (encode.py)
     sink_format: dict | None = None
     governance: Governance | None = None  # spec.routes, retries/validation.maxAge (governance.py)
+    # The driver's attempt reports endpoint, (url, secret, run): worker/attempt_reports.py
+    reports: tuple[str, str, str] | None = None
 
 
 _cache: dict[Any, Any] = {}
@@ -140,7 +142,7 @@ _cache: dict[Any, Any] = {}
 
 def _plan(cfg: WorkerConfig) -> tuple[Plan, Any]:
     # dicts: not hashable; chains and due_by change with every batch
-    key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None, exactly_once=None)))
+    key = ("plan", repr(dataclasses.replace(cfg, chains="", due_by=None, exactly_once=None, reports=None)))
     if key not in _cache:
         _cache[key] = (plan_of(cfg), with_formats(load_handler(cfg.handler), cfg.formats, cfg.sink_format))
     return _cache[key]
@@ -173,6 +175,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     part: PartitionSink | None = None
     writes = eos is not None and not cfg.emit_outputs and cfg.sink_kafka is not None
     retried = eos is not None and retried_task()
+    rep = attempt_reports.reporter(cfg.reports)  # outcomes told to the driver as they come
 
     n_ok = n_attempts = largest = 0
     ends: dict[tuple[str, int], int] = {}
@@ -215,6 +218,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
         if not one_partition:
             note_ends(topics, parts, offsets, ends)
         cap = max(cap, len(keys))
+        rep.progress(n_ok)
         now = int(time.time() * 1000)
         stale = now - stale_ms if stale_ms else -1  # first read before it: too old (governance)
         for key, value, topic, partition, offset, ts, raw in zip(
@@ -315,6 +319,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 finally:  # also when SystemExit & co. end the task: the worker may be reused
                     wd.started = 0.0
             if failed is not None:
+                rep.failed(failed, n_ok)  # a failing message for the live breaker, before its retries
                 # Outside the except block: the next attempts' errors must not chain to this one.
                 result = run_pass(msg, timed, plan, cycle, failed=failed)
             if result is None:
@@ -341,6 +346,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                         yield sent(out)
                     continue
                 output, calls = result.output, result.attempts
+                rep.failing -= failed is not None  # it failed, then succeeded: a success
             n_ok += 1
             if order is not None:
                 order.after(msg.partition, key, msg.offset, retry_cycle=None, now=now)
@@ -366,6 +372,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     yield sent(out)
     if producer is not None:
         sink.delivered(producer, sink_topic)
+    rep.close(n_ok)
     for where, p in sinks.items():
         if writes and where in ends:
             p.commit(ends[where] + 1)  # the rest of its outputs, and its entry

@@ -48,6 +48,9 @@ class RenderOptions:
     metrics_port: int = 9090
     driver_port: int = 7078
     block_manager_port: int = 7079
+    # The driver's endpoint for the executors' attempt reports (the live systemic-failure
+    # breaker, consumer/antidote_consumer/driver/live_breaker.py).
+    reports_port: int = 4044
     # The driver finishes its batch on SIGTERM (the consumer waits up to 120 s for it).
     termination_grace_seconds: int = 150
     # The ClusterRole (shipped by the chart) bound to each driver's ServiceAccount in its

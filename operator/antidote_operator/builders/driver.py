@@ -286,7 +286,7 @@ def build_spark_auth_secret(consumer: str, secret: bytes) -> dict[str, Any]:
 
 def _ports(opts: RenderOptions) -> list[tuple[str, int]]:
     return [("driver", opts.driver_port), ("blockmanager", opts.block_manager_port),
-            ("metrics", opts.metrics_port)]
+            ("metrics", opts.metrics_port), ("reports", opts.reports_port)]
 
 
 def build_service(consumer: str, opts: RenderOptions) -> dict[str, Any]:
@@ -305,7 +305,8 @@ def build_service(consumer: str, opts: RenderOptions) -> dict[str, Any]:
 
 def consumer_args(opts: RenderOptions) -> list[str]:
     return ["consumer", "--settings", f"{CONFIG_DIR}/{SETTINGS_KEY}",
-            "--metrics-port", str(opts.metrics_port), "--master", K8S_MASTER]
+            "--metrics-port", str(opts.metrics_port), "--reports-port", str(opts.reports_port),
+            "--master", K8S_MASTER]
 
 
 def settings_volumes(settings: EffectiveSettings, *, only_settings: bool = False
