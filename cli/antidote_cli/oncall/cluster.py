@@ -20,13 +20,15 @@ PLURAL = QUEUE_CONSUMERS
 
 def settings_file(path):
     """A local consumer's effective settings file (`--settings`, instead of the cluster's
-    ConfigMap), or CliError naming what is wrong with it."""
+    ConfigMap), or CliError naming what is wrong with it: exit 2, as every command that
+    refuses its settings file or manifest (ExitCode.BAD_SETTINGS, docs/cli.md)."""
+    from antidote_api.wire import ExitCode
     from antidote_consumer.settings import SettingsError, load_settings
 
     try:
         return load_settings(path)
     except SettingsError as err:
-        raise CliError(str(err)) from None
+        raise CliError(str(err), ExitCode.BAD_SETTINGS) from None
 
 
 def local_settings(args: argparse.Namespace, name: str | None, load: Any = None) -> Any:

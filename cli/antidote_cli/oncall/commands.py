@@ -15,7 +15,7 @@ import json
 import secrets
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -27,6 +27,7 @@ from antidote_api.times import parse_iso
 from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, READER_SOURCES, RESUME_ANNOTATION
 
 from ..errors import usage_error
+from ..kafka_flags import add_kafka_args, add_verbose_arg, log_conf, parse_props
 from ..output import add_output_arg, emit, machine
 from .cluster import CliError, Cluster, local_settings
 from .decoded import decoding
@@ -39,31 +40,22 @@ def _since(text: str | None, flag: str = "--since") -> datetime | None:
         return None
     try:
         return parse_iso(text)
-    except ValueError as err:
-        raise CliError(f"{flag}: {err}") from None
-
-
-def _props(items: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise usage_error(f"--kafka-property: {item!r} is not KEY=VALUE")
-        out[key] = value
-    return out
+    except ValueError as err:  # a bad flag value: a usage error, as argparse's own (exit 2)
+        raise usage_error(f"{flag}: {err}") from None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     # The arguments first: a bad one is named before any cluster is asked.
     only = inspect_filter(error_classes=args.error_class or [], reasons=args.reason or [],
                           since=_since(args.since))
-    props = _props(args.kafka_property or [])
+    props = {**log_conf(args), **parse_props(args.kafka_property or [])}
     k = Cluster(args)
     qc = k.consumer(args.consumer)
     s = k.settings(args.consumer)
     topic = s.topics.dlq if args.source == "dlq" else s.topics.poison
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
     group = reader_group_id(s.namespace, s.consumer)
+    reach_kafka(props, bootstrap)
     with ExitStack() as stack:
         decode = None
         if args.decode:  # the consumer's decoders; its registry's Secret read from the cluster
@@ -98,6 +90,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for line in render_held(held, args.limit):
             print(line)
     return 0
+
+
+def reach_kafka(props: Mapping[str, str], bootstrap: str) -> None:
+    """One connection first, as redrive's: a broker that does not answer is one line naming
+    it, not the client's retries (quiet unless -v) and then a metadata error."""
+    from antidote_consumer.kafka.topics import KafkaUnreachable, reachable
+
+    try:
+        reachable(dict(props), bootstrap, timeout=15)
+    except KafkaUnreachable as err:
+        raise CliError(f"{err}; pass --bootstrap-servers when the cluster's brokers are not "
+                       "reachable from here") from None
 
 
 def _condition(qc: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -209,6 +213,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
                           "or -f MANIFEST")
     if args.name is not None and local:
         raise usage_error("give either a consumer name or --settings/-f, not both")
+    props = parse_props(args.kafka_property or [])  # named before any cluster or file is read
     try:
         from antidote_cli import reader as reader_cli
     except ImportError:
@@ -230,7 +235,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         s = k.settings(args.name)
     if args.bootstrap_servers:
         s = s.model_copy(update={"source": s.source.model_copy(update={"bootstrap_servers": args.bootstrap_servers})})
-    return reader_cli.run_with(args, s, _props(args.kafka_property or []))
+    return reader_cli.run_with(args, s, props)
 
 
 # --- the parser -------------------------------------------------------------------------------------
@@ -258,20 +263,14 @@ def _source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dlq", dest="source", action="store_const", const="dlq", help="alias of --from dlq")
 
 
-def _kafka(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-servers", default=None,
-                   help="reach Kafka here instead of the consumer's bootstrapServers (from outside the cluster)")
-    p.add_argument("--kafka-property", action="append", metavar="KEY=VALUE",
-                   help="extra Kafka client property, e.g. security.protocol=SSL (repeatable)")
-
-
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("inspect", help="list a consumer's quarantined messages",
                             description="The poison (or dead-letter) topic of a consumer as a table: "
                                         "where each message came from, why, how often it was tried.")
     _common(p)
     _filters(p, until=False)
-    _kafka(p)
+    add_kafka_args(p)
+    add_verbose_arg(p)
     _source(p)
     p.add_argument("--limit", type=int, default=50, help="show at most this many (default 50)")
     p.add_argument("--show-payload", action="store_true", help="show each value (cut to 40 characters)")
@@ -318,5 +317,5 @@ def _register_redrive(commands: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--namespace", default=None, help="its namespace (default: the context's)")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file")
     p.add_argument("--context", default=None, help="kubeconfig context")
-    _kafka(p)
+    add_kafka_args(p)
     p.set_defaults(run=cmd_redrive)

@@ -1,0 +1,73 @@
+"""Bad input to the CLI is one line and one exit code (docs/cli.md, "Errors and exit
+codes"): a file that is not YAML is named with its line and column (PyYAML's quoted source
+lines would make it five), a settings file or manifest refused is exit 2 in every command
+that takes one, and a bad time flag is a usage error (exit 2) as argparse's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from antidote_api.wire import cli_prefix
+from antidote_cli.main import main
+from antidote_consumer.settings import yaml_problem
+
+NOT_YAML = "kind: QueueConsumer\nspec:\n  a: [1, 2\n  b: 3\n"
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+    return int(code), capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, says", [
+    (NOT_YAML, "while parsing a flow sequence; expected ',' or ']', but got ':' (line 4, column 4)"),
+    ("a: b: c\n", "mapping values are not allowed here (line 1, column 5)"),
+    ('a: "x\n', "while scanning a quoted scalar; found unexpected end of stream (line 2, column 1)"),
+])
+def test_a_yaml_error_is_one_line_with_where(text: str, says: str) -> None:
+    with pytest.raises(yaml.YAMLError) as err:
+        list(yaml.safe_load_all(text))
+    assert yaml_problem(err.value) == says
+
+
+@pytest.mark.parametrize("argv", [
+    ["consumer", "-f", "{file}"],
+    ["reader", "-f", "{file}"],
+    ["redrive", "-f", "{file}", "--dry-run"],
+    ["reader", "--settings", "{file}"],
+    ["redrive", "--settings", "{file}", "--dry-run"],
+    ["skip", "audit", "--settings", "{file}", "--dry-run"],
+    ["rebase", "audit", "--topic", "t", "--settings", "{file}", "--dry-run"],
+], ids=lambda a: " ".join(a[:3]))
+@pytest.mark.parametrize("content", ["not-yaml", "missing"])
+def test_a_settings_file_or_manifest_refused_is_exit_2_in_one_line(argv: list[str], content: str,
+                                                                   tmp_path: Path, capsys) -> None:
+    path = tmp_path / "qc.yaml"
+    if content == "not-yaml":
+        path.write_text(NOT_YAML)
+    code, err = _run([a.replace("{file}", str(path)) for a in argv], capsys)
+    assert code == 2, err
+    (line,) = err.splitlines()
+    assert line.startswith(cli_prefix(argv[0])) and str(path) in line, line
+    assert ("(line 4, column 4)" if content == "not-yaml" else "No such file or directory") in line, line
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["inspect", "orders", "--since", "yesterday"], "--since"),
+    (["drain", "orders", "--since", "yesterday"], "--since"),
+    (["drain", "orders", "--until", "later"], "--until"),
+])
+def test_a_bad_time_is_a_usage_error_before_the_cluster(argv: list[str], flag: str, capsys, monkeypatch,
+                                                        tmp_path: Path) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no kubeconfig: the flag is named first
+    code, err = _run(argv, capsys)
+    assert code == 2, err
+    value = argv[-1]
+    assert err == f"{cli_prefix(argv[0])}{flag}: {value!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00Z)\n"
