@@ -1,7 +1,7 @@
 """Bad input to the CLI is one line and one exit code (docs/cli.md, "Errors and exit
 codes"): a file that is not YAML is named with its line and column (PyYAML's quoted source
 lines would make it five), a settings file or manifest refused is exit 2 in every command
-that takes one, and a bad time flag is a usage error (exit 2) as argparse's own."""
+that takes one, and a bad time flag or drain request is a usage error (exit 2) as argparse's own."""
 
 from __future__ import annotations
 
@@ -71,3 +71,19 @@ def test_a_bad_time_is_a_usage_error_before_the_cluster(argv: list[str], flag: s
     assert code == 2, err
     value = argv[-1]
     assert err == f"{cli_prefix(argv[0])}{flag}: {value!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00Z)\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["drain", "orders", "--rate", "0"], "--rate must be at least 1 message per second, not 0"),
+    (["drain", "orders", "--rate", "-5"], "--rate must be at least 1 message per second, not -5"),
+    (["drain", "orders", "--request-id", " "],
+     "the drain request: the value is empty; set a request id (any text) or a JSON request"),
+])
+def test_drain_refuses_a_request_the_operator_would_refuse(argv: list[str], says: str, capsys, monkeypatch,
+                                                           tmp_path: Path) -> None:
+    """Before the cluster (no kubeconfig here): the operator parses the annotation with the
+    same parse_drain and would refuse it only as an Event (rate 0 would mean no limit)."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, err = _run(argv, capsys)
+    assert (code, err) == (2, f"{cli_prefix('drain')}{says}\n")

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from antidote_api.drain import DrainRequest
+from antidote_api.drain import DrainRequest, parse_drain
 from antidote_api.names import drain_job_name, reader_group_id
 from antidote_api.times import parse_iso
 from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, READER_SOURCES, RESUME_ANNOTATION
@@ -135,11 +135,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def drain_request(args: argparse.Namespace) -> Any:
     since = _since(args.since)
     until = _since(args.until, "--until")
+    if args.rate is not None and args.rate < 1:  # 0 would be left out of the request: no limit
+        raise usage_error(f"--rate must be at least 1 message per second, not {args.rate}")
     rid = args.request_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
-    return DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
-                        reasons=tuple(args.reason or ()), since=since.isoformat() if since else None,
-                        until=until.isoformat() if until else None, rate=args.rate, dry_run=args.dry_run,
-                        source="dlq" if getattr(args, "source", None) == "dlq" else None)
+    req = DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
+                       reasons=tuple(args.reason or ()), since=since.isoformat() if since else None,
+                       until=until.isoformat() if until else None, rate=args.rate, dry_run=args.dry_run,
+                       source="dlq" if getattr(args, "source", None) == "dlq" else None)
+    try:  # what the operator will parse: refused here rather than as an Event there
+        parse_drain(req.annotation())
+    except ValueError as err:
+        raise usage_error(f"the drain request: {err}") from None
+    return req
 
 
 def job_report(k: Cluster, job: Any) -> str | None:
