@@ -87,3 +87,17 @@ def test_drain_refuses_a_request_the_operator_would_refuse(argv: list[str], says
     monkeypatch.setenv("HOME", str(tmp_path))
     code, err = _run(argv, capsys)
     assert (code, err) == (2, f"{cli_prefix('drain')}{says}\n")
+
+
+def test_a_stack_refusal_is_one_line_with_the_actions_prefix(capsys) -> None:
+    """`antidote dev up: ...` as its usage errors (Parser: `antidote dev up: ... --help`)."""
+    import argparse
+
+    from antidote_cli.dev import _guarded
+    from antidote_devstack.errors import StackError
+
+    def up(args: argparse.Namespace) -> int:
+        raise StackError("start kafka", "port 9092 is taken")
+
+    assert _guarded(up)(argparse.Namespace(action="up")) == 1
+    assert capsys.readouterr().err == f"{cli_prefix('dev up')}start kafka: port 9092 is taken\n"
