@@ -76,3 +76,17 @@ def test_kafka_property_is_honoured_for_a_consumer_in_the_cluster(in_cluster: st
     assert (out.returncode, out.stdout) == (1, ""), out.stderr
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"{cli_prefix('redrive')}cannot reach Kafka at ") and "SSL" in line, line
+
+
+def test_rebase_with_a_broker_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
+    """A local consumer's settings (no cluster): as skip's (test_consumer_limits.py)."""
+    closed = free_port()
+    s = consumer_util.settings(f"127.0.0.1:{closed}", "t", tmp_path, name=NAME)
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(s.model_dump(mode="json", by_alias=True)))
+    out = subprocess.run([ANTIDOTE, "rebase", NAME, "--topic", "t", "--settings", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"{cli_prefix('rebase')}cannot reach Kafka at 127.0.0.1:{closed} (no answer in 15s): ")
+    assert line.endswith("; nothing was changed"), line

@@ -101,3 +101,27 @@ def test_a_stack_refusal_is_one_line_with_the_actions_prefix(capsys) -> None:
 
     assert _guarded(up)(argparse.Namespace(action="up")) == 1
     assert capsys.readouterr().err == f"{cli_prefix('dev up')}start kafka: port 9092 is taken\n"
+
+
+def test_settings_an_operator_of_another_version_wrote_are_one_line() -> None:
+    """The CLI older than the operator: a field it does not know in ConfigMap
+    `<consumer>-settings` (the models refuse extra fields) is said, not a pydantic traceback."""
+    import json
+
+    from antidote_cli.oncall.cluster import CliError, parse_settings
+    from antidote_consumer.settings import from_manifests
+
+    from ..api_cases import ROOT as repo
+
+    s = from_manifests(repo / "examples" / "queueconsumer-minimal.yaml", repo / "examples" / "poisonpolicy-minimal.yaml")
+    doc = s.model_dump(mode="json", by_alias=True)
+    assert parse_settings("audit-settings", json.dumps(doc)) == s
+    with pytest.raises(CliError) as err:
+        parse_settings("audit-settings", json.dumps({**doc, "quarantine": None}))
+    (line,) = str(err.value).splitlines()
+    assert line.startswith('ConfigMap "audit-settings": settings this antidote (') and \
+        "cannot read: quarantine: Extra inputs are not permitted; is the operator another version?" in line, line
+    with pytest.raises(CliError, match=r'^ConfigMap "audit-settings": settings.yaml is not YAML: .*\(line 1, column 5\)$'):
+        parse_settings("audit-settings", "a: b: c")
+    with pytest.raises(CliError, match=r'^ConfigMap "audit-settings" has no settings.yaml$'):
+        parse_settings("audit-settings", None)
