@@ -68,7 +68,7 @@ def parse_settings(cm_name: str, text: str | None) -> Any:
 
         raise CliError(f'ConfigMap "{cm_name}": {SETTINGS_KEY} is not YAML: {yaml_problem(err)}') from None
     except ValidationError as err:
-        from ..main import version
+        from ..version import version
 
         raise CliError(f'ConfigMap "{cm_name}": settings this antidote ({version()}) cannot read: '
                        f"{'; '.join(explain(err))}; is the operator another version? compare "
