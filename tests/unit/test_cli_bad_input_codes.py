@@ -125,3 +125,21 @@ def test_settings_an_operator_of_another_version_wrote_are_one_line() -> None:
         parse_settings("audit-settings", "a: b: c")
     with pytest.raises(CliError, match=r'^ConfigMap "audit-settings" has no settings.yaml$'):
         parse_settings("audit-settings", None)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["inspect", "orders", "--limit", "-1"], "argument --limit: must be at least 0, not -1"),
+    (["inspect", "orders", "--limit", "many"], "argument --limit: invalid int value: 'many'"),
+    (["drain", "orders", "--wait", "--timeout", "0"], "argument --timeout: must be at least 1, not 0"),
+])
+def test_counts_and_times_below_their_floor_are_usage_errors(argv: list[str], says: str, capsys) -> None:
+    code, err = _run(argv, capsys)
+    assert (code, err) == (2, f"{cli_prefix(argv[0])}{says} (see antidote {argv[0]} --help)\n")
+
+
+def test_counts_at_their_floor_pass() -> None:
+    from antidote_cli.main import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["inspect", "orders", "--limit", "0"]).limit == 0
+    assert p.parse_args(["drain", "orders", "--timeout", "1.5"]).timeout == 1.5

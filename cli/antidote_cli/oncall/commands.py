@@ -247,6 +247,18 @@ def cmd_redrive(args: argparse.Namespace) -> int:
 
 # --- the parser -------------------------------------------------------------------------------------
 
+def _at_least(low: float, kind: type) -> Any:
+    """An argparse type: a number of `kind` not below `low` (argparse names the flag and the
+    value in its one usage line)."""
+    def parse(text: str) -> Any:
+        value = kind(text)  # ValueError: argparse's "invalid <name> value"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("consumer", help="the QueueConsumer's name")
     p.add_argument("-n", "--namespace", default=None, help="its namespace (default: the context's)")
@@ -279,7 +291,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_kafka_args(p)
     add_verbose_arg(p)
     _source(p)
-    p.add_argument("--limit", type=int, default=50, help="show at most this many (default 50)")
+    p.add_argument("--limit", type=_at_least(0, int), default=50, help="show at most this many (default 50)")
     p.add_argument("--show-payload", action="store_true", help="show each value (cut to 40 characters)")
     p.add_argument("--decode", action="store_true",
                    help="show each value (and key) decoded with the consumer's valueFormat/keyFormat and "
@@ -303,7 +315,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _source(p)
     p.add_argument("--request-id", default=None, help="the request id (default: the time and 4 random hex digits)")
     p.add_argument("--wait", action="store_true", help="follow the Job to its end and print its report")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds --wait waits (default 900)")
+    p.add_argument("--timeout", type=_at_least(1, float), default=900.0, help="seconds --wait waits (default 900)")
     p.set_defaults(run=cmd_drain)
 
     _register_redrive(commands)
