@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import fail
+
 # The stack's modules (and `cryptography`, for its PKI) are imported inside the commands that
 # use them, not when the CLI starts: every `antidote` process imports this module, the
 # operator's too, where they were ~9 MB of resident memory it never used; and the images
@@ -98,15 +100,15 @@ def _dir(args: argparse.Namespace) -> Path | None:
 
 
 def _guarded(action: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`action` with the stack's refusals (StackError) as one line and exit 1."""
+    """`action` with the stack's refusals (StackError) as one line and exit 1, with the
+    prefix of the action (`antidote dev up: `), as its usage errors have."""
     def run(args: argparse.Namespace) -> int:
         from antidote_devstack.errors import StackError  # absent in the images: main says so
 
         try:
             return action(args)
         except StackError as err:
-            print(f"antidote dev: {err}", file=sys.stderr)
-            return 1
+            return fail(f"dev {args.action}", str(err))
     return run
 
 

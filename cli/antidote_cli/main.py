@@ -10,17 +10,8 @@ from antidote_api.wire import CliExit
 from . import consumer, crds, demo, dev, operator, rebase, skip
 from .errors import CliError, Parser, fail
 from .oncall import commands as oncall
+from .version import version
 from . import reader as reader_cli
-
-
-def version() -> str:
-    """The installed distribution's version (pyproject.toml's, the one source of it)."""
-    from importlib.metadata import PackageNotFoundError, version as dist_version
-
-    try:
-        return dist_version("antidote")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,14 +12,11 @@ from pathlib import Path
 from antidote_api.wire import CliExit, ExitCode
 
 from .errors import CliError, say_error
+from .kafka_flags import add_verbose_arg, log_conf
 from .output import add_output_arg, render
 
 EXIT_OK, EXIT_BAD_SETTINGS, EXIT_FAULT = ExitCode.OK, ExitCode.BAD_SETTINGS, ExitCode.FAULT
 REPORT_LIMIT = 4096  # /dev/termination-log keeps 4 KiB
-# librdkafka logs every failed connection attempt itself (~600 lines in the 30 s a dead
-# broker took to give up): off unless -v (then its default level, 6); the failure itself is
-# said in one line.
-QUIET_CLIENT, VERBOSE_CLIENT = {"log_level": "0"}, {"log_level": "6"}
 
 
 def add_settings_args(p: argparse.ArgumentParser) -> None:
@@ -37,8 +34,7 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-file", type=Path, default=None,
                    help="also write the JSON report here (a Job passes /dev/termination-log)")
     add_output_arg(p)
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="also print the Kafka client's (librdkafka's) own log lines")
+    add_verbose_arg(p)  # librdkafka's own log lines (kafka_flags)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -113,7 +109,7 @@ def run_with(args: argparse.Namespace, settings, client_conf: dict[str, str] | N
     from antidote_consumer.reader.rules import ReaderError
     from antidote_consumer.reader.run import run_reader
 
-    conf = {**(VERBOSE_CLIENT if getattr(args, "verbose", False) else QUIET_CLIENT), **(client_conf or {})}
+    conf = {**log_conf(args), **(client_conf or {})}
     bootstrap = settings.source.bootstrap_servers
     try:
         opts = options(args)  # a bad flag before any broker is asked

@@ -17,6 +17,17 @@ class SettingsError(ValueError):
     pass
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error in one line (the CLI's errors and the pod's termination message are one
+    line): what is wrong and where, without the quoted source lines PyYAML adds."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        text = "; ".join(filter(None, (err.context, err.problem))) or type(err).__name__
+        return " ".join(text.split()) + where
+    return " ".join(str(err).split())
+
+
 def _docs(path: Path, what: str) -> list[dict]:
     """The YAML documents of `path` (one, or several separated by `---`)."""
     try:
@@ -24,7 +35,7 @@ def _docs(path: Path, what: str) -> list[dict]:
     except OSError as err:
         raise SettingsError(f"{what} {path}: {err.strerror}") from err
     except yaml.YAMLError as err:
-        raise SettingsError(f"{what} {path}: not YAML/JSON: {err}") from err
+        raise SettingsError(f"{what} {path}: not YAML/JSON: {yaml_problem(err)}") from err
     if not docs or not all(isinstance(d, dict) for d in docs):
         raise SettingsError(f"{what} {path}: expected a mapping")
     return docs

@@ -20,13 +20,15 @@ PLURAL = QUEUE_CONSUMERS
 
 def settings_file(path):
     """A local consumer's effective settings file (`--settings`, instead of the cluster's
-    ConfigMap), or CliError naming what is wrong with it."""
+    ConfigMap), or CliError naming what is wrong with it: exit 2, as every command that
+    refuses its settings file or manifest (ExitCode.BAD_SETTINGS, docs/cli.md)."""
+    from antidote_api.wire import ExitCode
     from antidote_consumer.settings import SettingsError, load_settings
 
     try:
         return load_settings(path)
     except SettingsError as err:
-        raise CliError(str(err)) from None
+        raise CliError(str(err), ExitCode.BAD_SETTINGS) from None
 
 
 def local_settings(args: argparse.Namespace, name: str | None, load: Any = None) -> Any:
@@ -45,6 +47,32 @@ def local_settings(args: argparse.Namespace, name: str | None, load: Any = None)
         raise usage_error(f"-n {args.namespace}: these settings are consumer {s.namespace}/{s.consumer}'s; "
                           "-n chooses a consumer in the cluster (with CONSUMER)")
     return s
+
+
+def parse_settings(cm_name: str, text: str | None) -> Any:
+    """The effective settings in ConfigMap `cm_name`, or CliError in one line: an operator of
+    another version may write fields this CLI does not know (the models refuse extra
+    fields), which is said as such rather than as pydantic's traceback."""
+    import yaml
+    from pydantic import ValidationError
+
+    from antidote_api.base import explain
+    from antidote_api.semantics import EffectiveSettings
+
+    if not text:
+        raise CliError(f'ConfigMap "{cm_name}" has no {SETTINGS_KEY}')
+    try:
+        return EffectiveSettings.model_validate(yaml.safe_load(text))
+    except yaml.YAMLError as err:
+        from antidote_consumer.settings import yaml_problem
+
+        raise CliError(f'ConfigMap "{cm_name}": {SETTINGS_KEY} is not YAML: {yaml_problem(err)}') from None
+    except ValidationError as err:
+        from ..version import version
+
+        raise CliError(f'ConfigMap "{cm_name}": settings this antidote ({version()}) cannot read: '
+                       f"{'; '.join(explain(err))}; is the operator another version? compare "
+                       "`antidote --version` with its image's tag") from None
 
 
 class Cluster:
@@ -94,18 +122,11 @@ class Cluster:
                          missing=f'queueconsumer "{name}" not found in namespace "{self.namespace}"')
 
     def settings(self, name: str) -> Any:
-        import yaml
-
-        from antidote_api.semantics import EffectiveSettings
-
         cm_name = settings_configmap(name)
         cm = self.call(self.core.read_namespaced_config_map, cm_name, self.namespace,
                        missing=f'ConfigMap "{cm_name}" not found in namespace "{self.namespace}": '
                                "the operator writes it; is it running, and is the consumer valid?")
-        text = (cm.data or {}).get(SETTINGS_KEY)
-        if not text:
-            raise CliError(f'ConfigMap "{cm_name}" has no {SETTINGS_KEY}')
-        return EffectiveSettings.model_validate(yaml.safe_load(text))
+        return parse_settings(cm_name, (cm.data or {}).get(SETTINGS_KEY))
 
     def secret_data(self, name: str) -> dict[str, bytes]:
         """Secret `name`'s keys and values (for --decode's registry credentials)."""

@@ -15,19 +15,20 @@ import json
 import secrets
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from antidote_api.drain import DrainRequest
+from antidote_api.drain import DrainRequest, parse_drain
 from antidote_api.names import drain_job_name, reader_group_id
 from antidote_api.semantics import reader_topic
 from antidote_api.times import parse_iso
 from antidote_api.wire import DRAIN_ANNOTATION, POISON_REASONS, READER_SOURCES, RESUME_ANNOTATION
 
 from ..errors import usage_error
+from ..kafka_flags import add_kafka_args, add_verbose_arg, log_conf, parse_props
 from ..output import add_output_arg, emit, machine
 from .cluster import CliError, Cluster, local_settings
 from .decoded import decoding
@@ -40,25 +41,15 @@ def _since(text: str | None, flag: str = "--since") -> datetime | None:
         return None
     try:
         return parse_iso(text)
-    except ValueError as err:
-        raise CliError(f"{flag}: {err}") from None
-
-
-def _props(items: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise usage_error(f"--kafka-property: {item!r} is not KEY=VALUE")
-        out[key] = value
-    return out
+    except ValueError as err:  # a bad flag value: a usage error, as argparse's own (exit 2)
+        raise usage_error(f"{flag}: {err}") from None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     # The arguments first: a bad one is named before any cluster is asked.
     only = inspect_filter(error_classes=args.error_class or [], reasons=args.reason or [],
                           since=_since(args.since))
-    props = _props(args.kafka_property or [])
+    props = {**log_conf(args), **parse_props(args.kafka_property or [])}
     k = Cluster(args)
     qc = k.consumer(args.consumer)
     s = k.settings(args.consumer)
@@ -68,6 +59,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise CliError(str(err)) from None
     bootstrap = args.bootstrap_servers or s.source.bootstrap_servers
     group = reader_group_id(s.namespace, s.consumer)
+    reach_kafka(props, bootstrap)
     with ExitStack() as stack:
         decode = None
         if args.decode:  # the consumer's decoders; its registry's Secret read from the cluster
@@ -104,6 +96,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def reach_kafka(props: Mapping[str, str], bootstrap: str) -> None:
+    """One connection first, as redrive's: a broker that does not answer is one line naming
+    it, not the client's retries (quiet unless -v) and then a metadata error."""
+    from antidote_consumer.kafka.topics import KafkaUnreachable, reachable
+
+    try:
+        reachable(dict(props), bootstrap, timeout=15)
+    except KafkaUnreachable as err:
+        raise CliError(f"{err}; pass --bootstrap-servers when the cluster's brokers are not "
+                       "reachable from here") from None
+
+
 def _condition(qc: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     return next((c for c in (qc.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
 
@@ -135,11 +139,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def drain_request(args: argparse.Namespace) -> Any:
     since = _since(args.since)
     until = _since(args.until, "--until")
+    if args.rate is not None and args.rate < 1:  # 0 would be left out of the request: no limit
+        raise usage_error(f"--rate must be at least 1 message per second, not {args.rate}")
     rid = args.request_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(2)
-    return DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
-                        reasons=tuple(args.reason or ()), since=since.isoformat() if since else None,
-                        until=until.isoformat() if until else None, rate=args.rate, dry_run=args.dry_run,
-                        source=None if getattr(args, "source", "poison") in (None, "poison") else args.source)
+    req = DrainRequest(id=rid, action=args.action, error_classes=tuple(args.error_class or ()),
+                       reasons=tuple(args.reason or ()), since=since.isoformat() if since else None,
+                       until=until.isoformat() if until else None, rate=args.rate, dry_run=args.dry_run,
+                       source=None if getattr(args, "source", "poison") in (None, "poison") else args.source)
+    try:  # what the operator will parse: refused here rather than as an Event there
+        parse_drain(req.annotation())
+    except ValueError as err:
+        raise usage_error(f"the drain request: {err}") from None
+    return req
 
 
 def job_report(k: Cluster, job: Any) -> str | None:
@@ -213,6 +224,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
                           "or -f MANIFEST")
     if args.name is not None and local:
         raise usage_error("give either a consumer name or --settings/-f, not both")
+    props = parse_props(args.kafka_property or [])  # named before any cluster or file is read
     try:
         from antidote_cli import reader as reader_cli
     except ImportError:
@@ -234,10 +246,22 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         s = k.settings(args.name)
     if args.bootstrap_servers:
         s = s.model_copy(update={"source": s.source.model_copy(update={"bootstrap_servers": args.bootstrap_servers})})
-    return reader_cli.run_with(args, s, _props(args.kafka_property or []))
+    return reader_cli.run_with(args, s, props)
 
 
 # --- the parser -------------------------------------------------------------------------------------
+
+def _at_least(low: float, kind: type) -> Any:
+    """An argparse type: a number of `kind` not below `low` (argparse names the flag and the
+    value in its one usage line)."""
+    def parse(text: str) -> Any:
+        value = kind(text)  # ValueError: argparse's "invalid <name> value"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("consumer", help="the QueueConsumer's name")
@@ -262,22 +286,16 @@ def _source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dlq", dest="source", action="store_const", const="dlq", help="alias of --from dlq")
 
 
-def _kafka(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-servers", default=None,
-                   help="reach Kafka here instead of the consumer's bootstrapServers (from outside the cluster)")
-    p.add_argument("--kafka-property", action="append", metavar="KEY=VALUE",
-                   help="extra Kafka client property, e.g. security.protocol=SSL (repeatable)")
-
-
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("inspect", help="list a consumer's quarantined messages",
                             description="The poison (or dead-letter) topic of a consumer as a table: "
                                         "where each message came from, why, how often it was tried.")
     _common(p)
     _filters(p, until=False)
-    _kafka(p)
+    add_kafka_args(p)
+    add_verbose_arg(p)
     _source(p)
-    p.add_argument("--limit", type=int, default=50, help="show at most this many (default 50)")
+    p.add_argument("--limit", type=_at_least(0, int), default=50, help="show at most this many (default 50)")
     p.add_argument("--show-payload", action="store_true", help="show each value (cut to 40 characters)")
     p.add_argument("--decode", action="store_true",
                    help="show each value (and key) decoded with the consumer's valueFormat/keyFormat and "
@@ -301,7 +319,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _source(p)
     p.add_argument("--request-id", default=None, help="the request id (default: the time and 4 random hex digits)")
     p.add_argument("--wait", action="store_true", help="follow the Job to its end and print its report")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds --wait waits (default 900)")
+    p.add_argument("--timeout", type=_at_least(1, float), default=900.0, help="seconds --wait waits (default 900)")
     p.set_defaults(run=cmd_drain)
 
     _register_redrive(commands)
@@ -322,5 +340,5 @@ def _register_redrive(commands: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--namespace", default=None, help="its namespace (default: the context's)")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file")
     p.add_argument("--context", default=None, help="kubeconfig context")
-    _kafka(p)
+    add_kafka_args(p)
     p.set_defaults(run=cmd_redrive)
