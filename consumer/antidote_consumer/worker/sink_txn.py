@@ -80,10 +80,15 @@ def producer(conf: dict, transactional_id: str):
 
 
 def _fenced(err) -> bool:
-    """A producer another has taken the partition's id from (or one no longer usable)."""
+    """A producer another has taken the partition's id from (or one no longer usable). A
+    producer learns it was fenced from the broker's answer to its first record's partition
+    (AddPartitionsToTxn), while the chunk's later records are still being produced: those
+    fail with code _FATAL, whose error does not say fatal() (confluent-kafka 2.16). Seen
+    whenever a partition's task moves to another Python worker of the executor (each keeps
+    its own producers) with more records in its chunk than the round trip takes to produce."""
     from confluent_kafka import KafkaError
 
-    return err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+    return err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                          KafkaError.INVALID_PRODUCER_EPOCH)
 
 
