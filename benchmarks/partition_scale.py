@@ -203,9 +203,8 @@ def one_size(args, spark_factory, bootstrap: str, admin, workdir: Path, n: int) 
     assert counts["processed"] == args.batch * total - poison, counts
     steady = [b for b in sorted(timings.batches, key=lambda b: b["batch"])][args.skip:]
     out.update(batches=steady, retry_batches=timings.retry_batches, elapsed=elapsed, peak=start["peak"],
-               first=start)
+               first=start, source_batches=len(timings.batches))
     out["ledger"] = probes.ledger_stats(bootstrap, names.topic)
-    out["ledger_batches"] = len(timings.batches) + timings.retry_batches
     out["positions"] = probes.positions_entries(bootstrap, names.topic)
     prefix = names.transactional_id + "/"
     out["broker"] = probes.broker_transactions(spark, bootstrap, prefix, [(names.topic, 0), (sink, 0)])
@@ -248,12 +247,19 @@ def table(results: list[dict], batch: int, cost: dict | None) -> str:
     per_batch("  offsets handling (floor, read-up-to), ms", "offsets", 1000)
     per_batch("  sink_state (entries told, learned back), ms", "sink_state", 1000)
     per_batch("  Spark latestOffset+offset/commit logs, ms", "spark_offsets", 1000)
-    rows.append(("ledger bytes written per batch (all kinds)",
-                 [f"{sum(v[1] for v in r['ledger']['written'].values()) / r['ledger_batches']:,.0f}"
+    def written(r: dict, k: str) -> list[int]:
+        return r["ledger"]["written"].get(k, [0, 0])
+
+    rows.append(("ledger bytes written per source batch (all kinds)",
+                 [f"{sum(v[1] for v in r['ledger']['written'].values()) / r['source_batches']:,.0f}"
                   for r in results]))
-    for k in ("positions", "sink", "batch"):
-        rows.append((f"  of which {k}", [
-            f"{r['ledger']['written'].get(k, [0, 0])[1] / r['ledger_batches']:,.0f}" for r in results]))
+    rows.append(("  sink entries per source batch: records, bytes",
+                 [f"{written(r, 'sink')[0] / r['source_batches']:,.0f}, "
+                  f"{written(r, 'sink')[1] / r['source_batches']:,.0f}" for r in results]))
+    rows.append(("  positions entry per settle (source or retry), bytes",
+                 [f"{written(r, 'positions')[1] / max(1, written(r, 'positions')[0]):,.0f}" for r in results]))
+    rows.append(("ledger offsets per source batch (records + markers)",
+                 [f"{r['ledger']['offsets'] / r['source_batches']:,.0f}" for r in results]))
     rows.append(("ledger records / offsets (markers) in topic",
                  [f"{r['ledger']['records']:,} / {r['ledger']['offsets']:,}" for r in results]))
     rows.append(("compacted state: entries, bytes",
@@ -303,7 +309,14 @@ def main() -> int:
     ap.add_argument("--restarts", type=int, default=3, help="new drivers per size")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the run's topics")
     ap.add_argument("--json", type=Path, help="also write every figure here")
+    ap.add_argument("--table-from", type=Path, help="print the table of an earlier run's --json, run nothing")
     args = ap.parse_args()
+    if args.table_from:
+        done = json.loads(args.table_from.read_text())
+        for r in done["results"]:  # runs from before source_batches was recorded: the default skip
+            r.setdefault("source_batches", len(r["batches"]) + done.get("skip", 2))
+        print(table(done["results"], done.get("batch", args.batch), done["cost"]))
+        return 0
     sizes = [int(x) for x in args.partitions.split(",")]
     if any(args.batch % n for n in sizes):
         ap.error(f"--batch {args.batch} must be a multiple of every partition count (equal batches)")
@@ -341,7 +354,8 @@ def main() -> int:
                 log(f"{n} partitions FAILED: {failures[n]}\n{traceback.format_exc()}")
             finally:
                 if args.json:  # after each size: a later one may not finish
-                    args.json.write_text(json.dumps({"results": results, "failures": failures, "cost": cost},
+                    args.json.write_text(json.dumps({"results": results, "failures": failures, "cost": cost,
+                                                     "batch": args.batch, "skip": args.skip},
                                                     default=str, indent=1))
                 if holder.get("spark") is not None:
                     holder.pop("spark").stop()
