@@ -117,10 +117,10 @@ def test_settings_an_operator_of_another_version_wrote_are_one_line() -> None:
     doc = s.model_dump(mode="json", by_alias=True)
     assert parse_settings("audit-settings", json.dumps(doc)) == s
     with pytest.raises(CliError) as err:
-        parse_settings("audit-settings", json.dumps({**doc, "quarantine": None}))
+        parse_settings("audit-settings", json.dumps({**doc, "fromANewerOperator": None}))
     (line,) = str(err.value).splitlines()
     assert line.startswith('ConfigMap "audit-settings": settings this antidote (') and \
-        "cannot read: quarantine: Extra inputs are not permitted; is the operator another version?" in line, line
+        "cannot read: fromANewerOperator: Extra inputs are not permitted; is the operator another version?" in line, line
     with pytest.raises(CliError, match=r'^ConfigMap "audit-settings": settings.yaml is not YAML: .*\(line 1, column 5\)$'):
         parse_settings("audit-settings", "a: b: c")
     with pytest.raises(CliError, match=r'^ConfigMap "audit-settings" has no settings.yaml$'):

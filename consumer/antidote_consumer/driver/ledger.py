@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from antidote_consumer.kafka.retry import retrying
-from antidote_consumer.kafka.sink_entries import SinkEntry, parse_key
+from antidote_consumer.kafka.sink_entries import SinkEntry, parse_key, scan_conf
 from antidote_consumer.kafka.transactions import MAX_RECORD_BYTES, Fenced, Record, TransactionalWriter
 
 from .held_parts import HeldReader, held_entries
@@ -115,9 +115,7 @@ class LedgerState:
 
 def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -> LedgerState:
     """The ledger's committed state, read without becoming its writer."""
-    consumer = Consumer({**(conf or {}), "bootstrap.servers": bootstrap,
-                         "group.id": f"{topic}-loader", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer = Consumer(scan_conf({**(conf or {}), "bootstrap.servers": bootstrap}, f"{topic}-loader"))
     try:
         tp = TopicPartition(topic, 0, 0)
         low, high = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=10),

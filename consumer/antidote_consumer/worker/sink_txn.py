@@ -80,12 +80,14 @@ def producer(conf: dict, transactional_id: str):
 
 
 def _fenced(err) -> bool:
-    """A producer another has taken the partition's id from (or one no longer usable)."""
+    """A producer another has taken the partition's id from (or one no longer usable). A
+    producer learns it was fenced from the broker's answer to its first record's partition
+    (AddPartitionsToTxn), while the chunk's later records are still being produced: those
+    fail with code _FATAL, whose error does not say fatal() (confluent-kafka 2.16). Seen
+    whenever a partition's task moves to another Python worker of the executor (each keeps
+    its own producers) with more records in its chunk than the round trip takes to produce."""
     from confluent_kafka import KafkaError
 
-    # A producer fenced since its last transaction learns it from the broker in the
-    # background; produce() then raises a plain _FATAL error (fatal() False on it), which is
-    # the same fence seen later: the producer is made again, not the batch failed.
     return err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                          KafkaError.INVALID_PRODUCER_EPOCH)
 
