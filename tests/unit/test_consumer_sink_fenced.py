@@ -15,7 +15,8 @@ def test_a_fence_seen_by_produce_as_a_plain_fatal_error_is_a_fence() -> None:
 
 
 def test_fenced_codes_are_fences() -> None:
-    for code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+    for code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+                 KafkaError._STATE):
         assert _fenced(KafkaError(code))
 
 

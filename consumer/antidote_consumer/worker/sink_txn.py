@@ -28,6 +28,10 @@ CHUNK_AGE_S = 10.0
 # transaction.max.timeout.ms (15 minutes by default) allows it.
 TRANSACTION_TIMEOUT_MS = 60_000
 COMMIT_TIMEOUT_S = 60.0
+# How often a chunk's producer is made again when fenced (or left unusable) before the task
+# fails: a partition moved between Python workers fences once, and a second fence within
+# one commit was seen under load (steady_state.py's Avro runs: "_STATE, Erroneous state").
+FENCED_TRIES = 3
 
 _producers: dict[str, Any] = {}  # transactional id -> producer, kept by the process
 
@@ -88,8 +92,9 @@ def _fenced(err) -> bool:
     its own producers) with more records in its chunk than the round trip takes to produce."""
     from confluent_kafka import KafkaError
 
+    # _STATE: the producer's transaction state machine left unusable by such a fence.
     return err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                         KafkaError.INVALID_PRODUCER_EPOCH)
+                                         KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._STATE)
 
 
 def forget(transactional_id: str) -> None:
@@ -193,30 +198,33 @@ class PartitionSink:
 
         if not self.buffer:
             return None
-        try:
-            entry = self._write(self.entry(upto))
-        except KafkaException as err:
-            if not _fenced(err.args[0]):
-                raise self._refused(err) from err
-            forget(self._id)
-            self._open = None
-            self._producer()
-            found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition))
-            if found is not None and found.next > self.start:
-                raise RuntimeError(f"{self.topic}/{self.partition}: another attempt committed offsets "
-                                   f"from {self.start} on (its entry ends at {found.next}): this one "
-                                   "stops") from err
-            if found is not None and (self.carried is None or found.next >= self.carried.next):
-                self.carried = found
+        for tries in range(1, FENCED_TRIES + 1):
             try:
                 entry = self._write(self.entry(upto))
-            except KafkaException as again:
-                raise self._refused(again) from again
+                break
+            except KafkaException as err:
+                if not _fenced(err.args[0]) or tries == FENCED_TRIES:
+                    raise self._refused(err) from err
+                self._take_back(err)
         self.buffer.clear()
         self.size = 0
         self.start = upto
         self.carried = entry if self.carried is None or entry.next >= self.carried.next else self.carried
         return entry
+
+    def _take_back(self, err) -> None:
+        """A new producer for the partition's id (fencing whichever took it), then its entry:
+        raises if another attempt committed any of the buffered chunk's offsets."""
+        forget(self._id)
+        self._open = None
+        self._producer()
+        found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition))
+        if found is not None and found.next > self.start:
+            raise RuntimeError(f"{self.topic}/{self.partition}: another attempt committed offsets "
+                               f"from {self.start} on (its entry ends at {found.next}): this one "
+                               "stops") from err
+        if found is not None and (self.carried is None or found.next >= self.carried.next):
+            self.carried = found
 
     def _write(self, entry: SinkEntry) -> SinkEntry:
         p = self._producer()
