@@ -53,15 +53,12 @@ def encoder(schema_id: int):
     return encode
 
 
-def produce_avro(bootstrap: str, topic: str, n: int, registry_url: str) -> int:
-    """Fill `topic` with the 0% topic's `n` orders as Avro, the schema registered under the
-    topic's subject; returns the schema id."""
+def registered(registry_url: str, topic: str):
+    """The encoder of `topic`'s orders (consumer_throughput.produce's `encode`), the schema
+    registered under the topic's subject first, as a Confluent producer does."""
     from antidote_devstack import schema_registry as registry
-    from benchmarks.consumer_throughput import produce
 
-    schema_id = registry.register(registry_url, subject(topic), SCHEMA)
-    assert produce(bootstrap, topic, n, 0.0, seed=0, encode=encoder(schema_id)) == 0
-    return schema_id
+    return encoder(registry.register(registry_url, subject(topic), SCHEMA))
 
 
 def source_extra(registry_url: str) -> dict:

@@ -476,12 +476,9 @@ def main() -> int:
             started = time.perf_counter()
             # The same messages as the topic of the same share (the seed is of that label); the
             # Avro topic's are the 0% topic's, as Avro.
-            if label == "avro":
-                steady_avro.produce_avro(bootstrap, t, args.messages, registry_url)
-                bad = 0
-            else:
-                bad = produce(bootstrap, t, args.messages, rate, seed=len(label.split(" ")[0]),
-                              max_batch_bytes=SMALL_RECORD_BYTES if small else None)
+            bad = produce(bootstrap, t, args.messages, rate, seed=len(label.split(" ")[0]),
+                          max_batch_bytes=SMALL_RECORD_BYTES if small else None,
+                          encode=steady_avro.registered(registry_url, t) if label == "avro" else None)
             log(f"produced {args.messages:,} messages to {t} ({bad} poison) in "
                 f"{time.perf_counter() - started:.1f}s")
             topics[label] = (t, bad, partition_counts(watermarks, t, args.partitions))
@@ -492,7 +489,8 @@ def main() -> int:
         warm_avro = None
         if avro:
             warm_avro = make_topic(admin, f"steady-{run_id}-warmup-avro", args.partitions)
-            steady_avro.produce_avro(bootstrap, warm_avro, args.warmup_messages, registry_url)
+            produce(bootstrap, warm_avro, args.warmup_messages, 0.0, seed=0,
+                    encode=steady_avro.registered(registry_url, warm_avro))
         # With a poison pipeline in the run, the warm-up also runs Antidote over 1% poison: the
         # failed rows' way back through the JVM (Arrow columns of strings and headers that a 0%
         # batch leaves empty) is code a 0% warm-up never compiles, and Spark's JIT took 10-24%
