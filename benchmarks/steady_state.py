@@ -42,7 +42,16 @@ Performance), where (a) keeps Spark's default as a user's pipeline would; name i
 the sink's transactions; name them beside those. Nor "a alike": plain Spark given the tuning
 a consumer gives itself (the FileSystem checkpoint manager, Arrow batches of 10,000 rows
 without the per-row byte check, the sink producer's linger and compression), the
-like-for-like baseline for "b 0%": name it beside "a" and "b 0%".
+like-for-like baseline for "b 0%": name it beside "a" and "b 0%". Nor "a avro" and "b avro"
+(issue 47's Avro figure, benchmarks/steady_avro.py): the 0% topic's orders again, as Avro in
+the Confluent wire format, the schema registered in the stack's Schema Registry (one the
+benchmark starts and stops beside a reused stack without one); "b avro" is Antidote with
+`valueFormat: Avro` (the handler, handlers.py:enrich_avro, gets the decoded dict as m.data),
+"a avro" plain Spark decoding with spark-avro's from_avro after the 5-byte header (the jar
+fetched pinned, for this pipeline only: hack/spark-avro/pom.xml), the same handler work in
+mapInArrow over the decoded struct; both write the same bytes as enrich. Printed:
+b(avro)/a(avro) (goal >= 0.9), and b(avro)/b(0%) (what decoding costs Antidote) with "b 0%"
+named too: `--only "a avro,b avro,b 0%"`.
 
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
