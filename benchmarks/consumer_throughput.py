@@ -71,10 +71,12 @@ def put(p: Producer, i: int, **record) -> None:
 
 
 def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int,
-            max_batch_bytes: int | None = None) -> int:
+            max_batch_bytes: int | None = None, encode=None) -> int:
     """Fill `topic` with `n` JSON orders (a share `poison_rate` of them poison); fails unless
     every one was delivered. `max_batch_bytes`: the topic's max.message.bytes, when below
-    the producer's batches (the broker refuses a larger batch whole)."""
+    the producer's batches (the broker refuses a larger batch whole). `encode`: the order
+    (a dict) to a value's bytes, instead of JSON (the Avro topic: steady_avro.py)."""
+    encode = encode or (lambda doc: json.dumps(doc).encode())
     rng = random.Random(seed)
     failed: list[str] = []
     conf = {"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
@@ -89,7 +91,7 @@ def produce(bootstrap: str, topic: str, n: int, poison_rate: float, seed: int,
         if poison_rate and rng.random() < poison_rate:
             doc["poison"] = True
             poisoned += 1
-        put(p, i, topic=topic, key=str(i).encode(), value=json.dumps(doc).encode())
+        put(p, i, topic=topic, key=str(i).encode(), value=encode(doc))
     assert p.flush(120) == 0
     assert not failed, f"{len(failed)} of {n} messages to {topic} not delivered: {failed[0]}"
     return poisoned
@@ -110,11 +112,14 @@ def plain_map(batches):
 
 
 def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
-                conf: dict[str, str] | None = None, sink_options: dict[str, str] | None = None):
+                conf: dict[str, str] | None = None, sink_options: dict[str, str] | None = None,
+                avro_schema: str | None = None):
     """Pipeline (a): the handler as a plain mapInArrow from the source topic to the sink, no
     poison handling, with Spark's own defaults for Arrow batches and checkpoint files, not
     those an Antidote consumer sets; `conf`: settings of its own instead (a diagnostic);
-    `sink_options`: the Kafka sink's producer settings (`kafka.`-prefixed options)."""
+    `sink_options`: the Kafka sink's producer settings (`kafka.`-prefixed options);
+    `avro_schema`: the values are Avro in the Confluent wire format, decoded by spark-avro's
+    from_avro with this schema (benchmarks/steady_avro.py) and handled by enrich_avro."""
     from pyspark.sql import functions as F
 
     for key in ("spark.sql.execution.arrow.maxBytesPerBatch",
@@ -124,16 +129,20 @@ def start_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workd
         spark.conf.set(key, value)
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", source).option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", str(batch)).load()
-          .select("key", "value", "topic", "partition", "offset",
-                  F.unix_millis("timestamp").alias("ts")))
+          .option("maxOffsetsPerTrigger", str(batch)).load())
+    mapper = plain_map
+    if avro_schema is not None:
+        from benchmarks.steady_avro import plain_map_avro, value_from_avro
+
+        df, mapper = df.withColumn("value", value_from_avro(avro_schema)), plain_map_avro
+    df = df.select("key", "value", "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts"))
     # Python workers of its own, as a Spark application of its own would have: Spark keeps a
     # pool of workers per UDF environment, and a worker that ran Antidote's tasks keeps
     # Antidote's collector settings (antidote_consumer.worker.collector).
     env = spark.sparkContext.environment
     env["ANTIDOTE_BENCH_PIPELINE"] = "plain"
     try:
-        mapped = df.mapInArrow(plain_map, "key binary, value binary")
+        mapped = df.mapInArrow(mapper, "key binary, value binary")
     finally:
         del env["ANTIDOTE_BENCH_PIPELINE"]
     return (mapped.writeStream.format("kafka")
@@ -158,10 +167,12 @@ def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir
 
 
 def settings(bootstrap: str, source: str, sink: str, batch: int, workdir: Path, policy: dict,
-             handler: str = "enrich", delivery: str = "ExactlyOnce"):
+             handler: str = "enrich", delivery: str = "ExactlyOnce", source_extra: dict | None = None):
+    """`source_extra`: more of spec.source.kafka (valueFormat and schemaRegistry for Avro)."""
     qc = QueueConsumerSpec.model_validate({
         "policyRef": {"name": "bench"},
-        "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source, "maxMessagesPerBatch": batch}},
+        "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source, "maxMessagesPerBatch": batch,
+                             **(source_extra or {})}},
         "handler": f"benchmarks.handlers:{handler}", "sink": {"kafka": {"topic": sink, "delivery": delivery}},
         "checkpoint": {"location": str(workdir / f"antidote-{uuid.uuid4().hex}")}})
     return resolve(qc, PoisonPolicySpec.model_validate(policy), name=f"bench{uuid.uuid4().hex[:6]}",

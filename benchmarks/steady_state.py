@@ -42,7 +42,16 @@ Performance), where (a) keeps Spark's default as a user's pipeline would; name i
 the sink's transactions; name them beside those. Nor "a alike": plain Spark given the tuning
 a consumer gives itself (the FileSystem checkpoint manager, Arrow batches of 10,000 rows
 without the per-row byte check, the sink producer's linger and compression), the
-like-for-like baseline for "b 0%": name it beside "a" and "b 0%".
+like-for-like baseline for "b 0%": name it beside "a" and "b 0%". Nor "a avro" and "b avro"
+(issue 47's Avro figure, benchmarks/steady_avro.py): the 0% topic's orders again, as Avro in
+the Confluent wire format, the schema registered in the stack's Schema Registry (one the
+benchmark starts and stops beside a reused stack without one); "b avro" is Antidote with
+`valueFormat: Avro` (the handler, handlers.py:enrich_avro, gets the decoded dict as m.data),
+"a avro" plain Spark decoding with spark-avro's from_avro after the 5-byte header (the jar
+fetched pinned, for this pipeline only: hack/spark-avro/pom.xml), the same handler work in
+mapInArrow over the decoded struct; both write the same bytes as enrich. Printed:
+b(avro)/a(avro) (goal >= 0.9), and b(avro)/b(0%) (what decoding costs Antidote) with "b 0%"
+named too: `--only "a avro,b avro,b 0%"`.
 
 Pipelines alternate within a round, in a rotating order, so that the load of a shared
 machine hits each alike; printed are medians, every round's ratios and their spread, and
@@ -53,6 +62,7 @@ $ANTIDOTE_STACK_DIR if it runs, else starts its own and stops it at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import statistics
@@ -69,7 +79,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import kafka_loop  # noqa: E402
+from benchmarks import kafka_loop, steady_avro  # noqa: E402
 from benchmarks.consumer_throughput import (POLICY, log, make_topic, produce, settings,  # noqa: E402
                                             start_plain)
 from antidote_consumer.spark import ARROW_BATCH_BYTES, checkpoint_files  # noqa: E402
@@ -107,18 +117,23 @@ PIPELINES = {
     # "b 1%" (exactly-once, the default) they price the sink's transactions.
     "b 0% alo": "(b) Antidote, 0%, at-least-once sink",
     "b 1% alo": "(b) Antidote, 1%, at-least-once sink",
+    # Avro values (issue 47's throughput figure, benchmarks/steady_avro.py): the 0% orders as
+    # Avro in the Confluent wire format, decoded by Antidote (valueFormat Avro, the stack's
+    # Schema Registry) against plain Spark decoding them with spark-avro's from_avro.
+    "a avro": "(a) plain Spark, Avro (from_avro)",
+    "b avro": "(b) Antidote, 0%, Avro values",
 }
 ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
                "b 1% at once": {"retries": {"immediate": 0, "cycles": 0}}}
 # Pipelines not in the default run: the attribution ones, the Arrow batches' bound, and plain
 # Spark with the checkpoint setting an Antidote consumer makes.
 DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt", "a alike", "b 0% alo",
-              "b 1% alo"]
+              "b 1% alo", "a avro", "b avro"]
 SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000  # the largest record for 10,000-row batches
 # The topic of a pipeline whose topic is not its name's share of poison ("small": the same
 # messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
 TOPIC_OF = {"a": "0%", "a fs ckpt": "0%", "a alike": "0%", "ceil": "0%", "b 0% 10k rows": "0% small",
-            "b 1% 10k rows": "1% small"}
+            "b 1% 10k rows": "1% small", "a avro": "avro", "b avro": "avro"}
 
 
 def topic_of(pipeline: str) -> str:
@@ -337,8 +352,8 @@ def alike(workdir: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir: Path,
               warmup: int, conf: dict[str, str] | None = None,
-              sink_options: dict[str, str] | None = None) -> Run:
-    q = start_plain(spark, bootstrap, source, sink, batch, workdir, conf, sink_options)
+              sink_options: dict[str, str] | None = None, avro_schema: str | None = None) -> Run:
+    q = start_plain(spark, bootstrap, source, sink, batch, workdir, conf, sink_options, avro_schema)
     try:
         q.awaitTermination()
         assert q.exception() is None, q.exception()
@@ -446,17 +461,21 @@ def main() -> int:
     probe = CoreProbe()
     runs: dict[str, list[Run]] = {k: [] for k in chosen}
     loads: list[str] = []
+    extras = contextlib.ExitStack()  # the Avro pipelines' Schema Registry, when the benchmark started one
     try:
         from antidote_consumer.spark import spark_session
 
         bootstrap = st.kafka_bootstrap
-        os.environ["ANTIDOTE_SPARK_JARS"] = ",".join(st.spark_jars)
+        avro = any(topic_of(k) == "avro" for k in chosen)
+        registry_url = extras.enter_context(steady_avro.schema_registry(st, own_dir is not None)) if avro else ""
+        os.environ["ANTIDOTE_SPARK_JARS"] = ",".join(steady_avro.spark_jars(st.spark_jars) if avro
+                                                     else st.spark_jars)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         watermarks = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
         run_id = uuid.uuid4().hex[:6]
         topics = {}
         for label, rate in (("0%", 0.0), ("0.1%", 0.001), ("1%", 0.01), ("0% small", 0.0),
-                            ("1% small", 0.01)):
+                            ("1% small", 0.01), ("avro", 0.0)):
             if label not in {topic_of(k) for k in chosen}:
                 continue
             name = f"steady-{run_id}-{label.replace('%', 'pct').replace(' ', '-')}"
@@ -464,20 +483,29 @@ def main() -> int:
             t = make_topic(admin, name, args.partitions,
                            config={"max.message.bytes": str(SMALL_RECORD_BYTES)} if small else None)
             started = time.perf_counter()
-            # The same messages as the topic of the same share (the seed is of that label).
+            # The same messages as the topic of the same share (the seed is of that label); the
+            # Avro topic's are the 0% topic's, as Avro.
             bad = produce(bootstrap, t, args.messages, rate, seed=len(label.split(" ")[0]),
-                          max_batch_bytes=SMALL_RECORD_BYTES if small else None)
+                          max_batch_bytes=SMALL_RECORD_BYTES if small else None,
+                          encode=steady_avro.registered(registry_url, t) if label == "avro" else None)
             log(f"produced {args.messages:,} messages to {t} ({bad} poison) in "
                 f"{time.perf_counter() - started:.1f}s")
             topics[label] = (t, bad, partition_counts(watermarks, t, args.partitions))
         warm = make_topic(admin, f"steady-{run_id}-warmup", args.partitions)
         produce(bootstrap, warm, args.warmup_messages, 0.0, seed=0)
+        # With the Avro pipelines, the warm-up runs them too, over an Avro topic of its own: their
+        # code in the JVM (from_avro, the struct's Arrow columns) is not the JSON pipelines'.
+        warm_avro = None
+        if avro:
+            warm_avro = make_topic(admin, f"steady-{run_id}-warmup-avro", args.partitions)
+            produce(bootstrap, warm_avro, args.warmup_messages, 0.0, seed=0,
+                    encode=steady_avro.registered(registry_url, warm_avro))
         # With a poison pipeline in the run, the warm-up also runs Antidote over 1% poison: the
         # failed rows' way back through the JVM (Arrow columns of strings and headers that a 0%
         # batch leaves empty) is code a 0% warm-up never compiles, and Spark's JIT took 10-24%
         # of a core during the first b(1%) rounds after one (docs/performance.md).
         warm_bad = None
-        if any(k.startswith("b") and not topic_of(k).startswith("0%") for k in chosen):
+        if any(k.startswith("b") and not topic_of(k).startswith(("0%", "avro")) for k in chosen):
             warm_poison = make_topic(admin, f"steady-{run_id}-warmup-1pct", args.partitions)
             warm_bad = (warm_poison, produce(bootstrap, warm_poison, args.warmup_messages, 0.01, seed=0))
 
@@ -500,6 +528,14 @@ def main() -> int:
                 run_antidote(spark, settings(bootstrap, warm_bad[0], make_topic(
                     admin, f"{warm_bad[0]}-ad-{passes}", args.partitions), args.batch, workdir, POLICY),
                     warmup=0, poison=warm_bad[1])
+            if warm_avro is not None:
+                run_plain(spark, bootstrap, warm_avro, make_topic(admin, f"{warm_avro}-plain-{passes}",
+                                                                  args.partitions),
+                          args.batch, workdir, warmup=0, avro_schema=steady_avro.SCHEMA)
+                run_antidote(spark, settings(bootstrap, warm_avro, make_topic(
+                    admin, f"{warm_avro}-ad-{passes}", args.partitions), args.batch, workdir, POLICY,
+                    handler=steady_avro.HANDLER, source_extra=steady_avro.source_extra(registry_url)),
+                    warmup=0, poison=0)
             passes += 1
             share = jit_share(spark, mark)
             log(f"warm-up pass {passes}: Spark's JIT compiled {share:.0%} of a core")
@@ -518,13 +554,16 @@ def main() -> int:
                     conf, options = ((checkpoint_files(str(workdir)), None) if k == "a fs ckpt" else
                                      alike(workdir) if k == "a alike" else (None, None))
                     run = run_plain(spark, bootstrap, src, sink, args.batch, workdir, args.warmup_batches,
-                                    conf, options)
+                                    conf, options, steady_avro.SCHEMA if k == "a avro" else None)
                 elif k.startswith("b"):
                     named = k.replace(" ", "-").replace("%", "pct")  # one sink per pipeline and round
                     sink = make_topic(admin, f"{src}-{named}-{r}", args.partitions)
+                    avro_source = {"handler": steady_avro.HANDLER,
+                                   "source_extra": steady_avro.source_extra(registry_url)} if k == "b avro" else {}
                     run = run_antidote(spark, settings(bootstrap, src, sink, args.batch, workdir,
                                                        ATTRIBUTION.get(k, POLICY),
-                                                       delivery="AtLeastOnce" if k.endswith(" alo") else "ExactlyOnce"),
+                                                       delivery="AtLeastOnce" if k.endswith(" alo") else "ExactlyOnce",
+                                                       **avro_source),
                                        args.warmup_batches, bad)
                 else:
                     run = run_loop(bootstrap, admin, src, per_partition, args.partitions,
@@ -548,6 +587,7 @@ def main() -> int:
         probe.close()
         if spark is not None:
             spark.stop()
+        extras.close()
         bench_stack.down(own_dir)
 
     report(runs, args, loads)
@@ -555,7 +595,8 @@ def main() -> int:
 
 
 def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
-    print(f"\nsteady state: {args.messages:,} JSON messages per topic, {args.partitions} partitions, "
+    fmt = "JSON" + (" (Avro in the Avro topic)" if "a avro" in runs or "b avro" in runs else "")
+    print(f"\nsteady state: {args.messages:,} {fmt} messages per topic, {args.partitions} partitions, "
           f"Spark local[2] and {CORES} loop processes on {CORES} cores, batches of {args.batch:,}, "
           f"window after {args.warmup_batches} batches; {args.rounds} rounds; "
           f"1-min load at each round's start and at the end: {' '.join(loads)}\n")
@@ -590,6 +631,8 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
             ("a(fs ckpt)/a", "a fs ckpt", "a", None),
             ("b(0%)/a(alike)", "b 0%", "a alike", None), ("a(alike)/a", "a alike", "a", None),
             ("b(0%)/b(0%, at-least-once)", "b 0%", "b 0% alo", None),
+            ("b(avro)/a(avro)", "b avro", "a avro", 0.90), ("b(avro)/b(0%)", "b avro", "b 0%", None),
+            ("a(avro)/a", "a avro", "a", None),
             ("b(1%)/b(1%, at-least-once)", "b 1%", "b 1% alo", None),
             ("b(1%)/b(0%), 10k rows", "b 1% 10k rows", "b 0% 10k rows", None),
             ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),

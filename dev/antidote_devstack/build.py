@@ -91,7 +91,9 @@ GO_BINARIES = {
 
 # name -> folder under hack/ with pom.xml. "s3" (hadoop-aws and the AWS SDK bundle, ~650
 # MB) is fetched only for a stack or test that uses S3 (S3_ARTEFACTS); the image always has it.
-JAR_SETS = {"kafka": "kafka", "spark": "spark", "s3": "s3"}
+# "avro" (spark-avro) only for the steady-state benchmark's plain-Spark Avro baseline: no
+# stack and no image has it.
+JAR_SETS = {"kafka": "kafka", "spark": "spark", "s3": "s3", "avro": "spark-avro"}
 DEFAULT_JAR_SETS = ("kafka", "spark")
 # What `--s3` adds: the server's binary and the S3A jars for local Spark.
 S3_BINARIES = ("weed",)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from antidote_api.formats import BYTES, DESERIALIZATION_ERROR, REGISTRY_FORMATS
@@ -158,19 +158,31 @@ def decode_json(data: bytes, what: str) -> Any:
         raise DeserializationError(what, f"not JSON: {err}") from None
 
 
-def decode_registered(fmt: str, data: bytes, registry: Registry, what: str) -> Any:
-    """A record of a registry format: its schema by id, then the body decoded with it."""
+def decode_registered(fmt: str, data: bytes, registry: Registry, what: str,
+                      bodies: dict[int, Callable[[bytes], Any]] | None = None) -> Any:
+    """A record of a registry format: its schema by id, then the body decoded with it.
+    `bodies`: the body decoders of the schema ids met so far, kept by the caller (decoder()):
+    an id names one schema forever, so the schema's lookup, its type check and its compiled
+    form are found once per id, not once per record (a third of an Avro record's decoding
+    time, docs/performance.md). Only a usable schema is kept: an unknown id or one of another
+    type is asked about again, a registry that is away is asked again."""
     schema_id, body = split(data, what)
+    decode_body = None if bodies is None else bodies.get(schema_id)
+    if decode_body is None:
+        try:
+            schema = registry.schema(schema_id)
+        except UnknownSchema:
+            raise DeserializationError(what, f"unknown schema id {schema_id}: the registry has no "
+                                             "schema with that id", schema_id) from None
+        if schema.type != SCHEMA_TYPES[fmt]:
+            raise DeserializationError(what, f"schema id {schema_id} is a {schema.type} schema, "
+                                             f"not {fmt}", schema_id)
     try:
-        schema = registry.schema(schema_id)
-    except UnknownSchema:
-        raise DeserializationError(what, f"unknown schema id {schema_id}: the registry has no "
-                                         "schema with that id", schema_id) from None
-    if schema.type != SCHEMA_TYPES[fmt]:
-        raise DeserializationError(what, f"schema id {schema_id} is a {schema.type} schema, "
-                                         f"not {fmt}", schema_id)
-    try:
-        return _DECODERS[fmt](schema, body)
+        if decode_body is None:  # compiled within the try: a schema that does not compile is the record's
+            decode_body = _BODY_DECODERS[fmt](schema)
+            if bodies is not None:
+                bodies[schema_id] = decode_body
+        return decode_body(body)
     except DeserializationError:
         raise
     except Exception as err:  # noqa: BLE001 - any failure of the decoder is the record's
@@ -181,14 +193,20 @@ def decode_registered(fmt: str, data: bytes, registry: Registry, what: str) -> A
         raise DeserializationError(what, f"{fmt} body does not decode: {cause}", schema_id) from None
 
 
-def _decode_avro(schema: Schema, body: bytes) -> Any:
-    import fastavro
+def _avro_body(schema: Schema) -> Callable[[bytes], Any]:
+    """decode(body) with the schema compiled now (names bound here: this runs per record)."""
+    from fastavro import schemaless_reader
 
-    buf = io.BytesIO(body)
-    out = fastavro.schemaless_reader(buf, _avro(schema.text), None)
-    if buf.tell() != len(body):
-        raise ValueError(f"{len(body) - buf.tell()} bytes left after the record")
-    return out
+    parsed = _avro(schema.text)
+
+    def decode(body: bytes) -> Any:
+        buf = io.BytesIO(body)
+        out = schemaless_reader(buf, parsed, None)
+        if buf.tell() != len(body):
+            raise ValueError(f"{len(body) - buf.tell()} bytes left after the record")
+        return out
+
+    return decode
 
 
 def _decode_protobuf(schema: Schema, body: bytes) -> Any:
@@ -206,8 +224,10 @@ def _decode_json_schema(schema: Schema, body: bytes) -> Any:
     return doc
 
 
-_DECODERS: dict[str, Callable[[Schema, bytes], Any]] = {
-    "Avro": _decode_avro, "Protobuf": _decode_protobuf, "JsonSchema": _decode_json_schema}
+# Each format's body decoder for a schema (decode_registered keeps one per schema id).
+_BODY_DECODERS: dict[str, Callable[[Schema], Callable[[bytes], Any]]] = {
+    "Avro": _avro_body, "Protobuf": lambda schema: partial(_decode_protobuf, schema),
+    "JsonSchema": lambda schema: partial(_decode_json_schema, schema)}
 
 
 def decoder(fmt: str | None, registry: Registry | None, what: str) -> Callable[[bytes | None], Any] | None:
@@ -220,7 +240,8 @@ def decoder(fmt: str | None, registry: Registry | None, what: str) -> Callable[[
     if fmt in REGISTRY_FORMATS:
         if registry is None:  # the API refuses it; settings written by hand may not
             raise ValueError(f"{what} format {fmt} needs spec.source.kafka.schemaRegistry")
-        return lambda data: None if data is None else decode_registered(fmt, data, registry, what)
+        bodies: dict[int, Callable[[bytes], Any]] = {}  # this decoder's, by schema id
+        return lambda data: None if data is None else decode_registered(fmt, data, registry, what, bodies)
     raise ValueError(f"unknown {what} format {fmt!r}")
 
 
