@@ -6,9 +6,11 @@ benchmarks/chaos.py`."""
 
 from __future__ import annotations
 
+import pytest
 from benchmarks.chaos import run_chaos
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md): a small chaos run, ~165 s with its stack; `make chaos` is the full one
 def test_random_sigkills_and_lost_checkpoints_lose_nothing_and_quarantine_nothing_twice(
         stack, tmp_path) -> None:
     chaos, audit = run_chaos(stack, messages=2000, kills=4, poison_rate=0.01, seed=20261123,

@@ -38,6 +38,7 @@ def test_operator_sigkills_make_no_duplicate_jobs_no_extra_events_and_the_right_
             r.wrong_state) == (0, 0, 0, [], [])
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md): ~40 s; `make chaos` has the broker part
 def test_broker_crash_mid_stream_loses_nothing_and_the_consumer_finishes(own_stack, tmp_path) -> None:
     r = run_broker_restart(own_stack, messages=1000, poison_rate=0.01, seed=7, folder=tmp_path,
                            jitter=1.0, down_for=1.0, timeout=300)

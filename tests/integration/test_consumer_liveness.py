@@ -115,6 +115,7 @@ def test_the_local_worker_kills_a_frozen_retry_batch_at_its_bound(tmp_path, monk
         _thaw(tmp_path)
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md): ~100 s
 def test_a_handler_holding_the_gil_ends_its_worker_and_is_isolated(
         spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
     """C code holding the GIL: neither the SIGUSR1 handler nor the watchdog thread runs, so

@@ -7,6 +7,7 @@ broker, real local Spark, real S3 server."""
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ CODE_PATH = cu.CODE_PATH
 POLICY = {"retries": {"immediate": 0, "cycles": 0}}
 
 
+@pytest.mark.slow  # `make test-slow` (docs/testing.md): ~100 s; make test keeps test_s3_examples' s3a:// runs
 def test_a_consumer_with_its_checkpoint_and_sink_on_s3_survives_sigkill_and_quarantines_once_then_is_archived(
         stack, s3, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
     source = topic_factory(partitions=2)
