@@ -13,6 +13,7 @@ endpoint in `spec.spark.conf`, and a folder of the test's own in each bucket."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -162,8 +163,8 @@ def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_
     placement, autoscale, ordering) under poisonpolicy-full.yaml (every field: validation by
     JSON Schema, nonRetryable, Reject to its dead-letter topic, payload redaction) on the dev
     runner, its checkpoint on the local S3 server: the handler gets the example's env, a
-    ValueError and an order its schema refuses go to the dead-letter topic, the rest to the
-    sink. Changed besides the broker, topics, handler and S3 endpoint: the Secrets and the
+    ValueError goes to the dead-letter topic, an order its schema refuses to its validation
+    route's topic, the rest to the sink. Changed besides the broker, topics, handler and S3 endpoint: the Secrets and the
     ConfigMap the example names are made here (the Kafka one says PLAINTEXT, the stack's)."""
     install_crds(api_client)
     k = Cluster(api_client, namespace)
@@ -176,6 +177,9 @@ def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_
     for name, data in secrets.items():
         k.core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "stringData": data})
     k.core.create_namespaced_config_map(namespace, {"metadata": {"name": "orders-config"}, "data": {"region": region}})
+    key_ref = pp["spec"]["quarantine"]["hashKeyRef"]  # the redaction's HMAC key, as a team makes it
+    k.core.create_namespaced_secret(namespace, {"metadata": {"name": key_ref["name"]},
+                                                "data": {key_ref["key"]: base64.b64encode(os.urandom(32)).decode()}})
 
     assert spec["checkpoint"]["location"].startswith("s3a://")
     folder = f"t-{uuid.uuid4().hex[:8]}"
@@ -193,6 +197,7 @@ def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_
     topics = pp["spec"]["topics"]  # the example's names, made the test's own
     pp["spec"]["topics"] = {"retry": [f"{source}.{t}" for t in topics["retry"]],
                             "poison": f"{source}.poison", "dlq": f"{source}.dlq"}
+    pp["spec"]["routes"][0]["topic"] = f"{source}.declined"  # validation's route (Reject)
 
     orders = [{"orderId": f"o{i}", "amount": i} for i in range(20)]
     refused, no_amount = {"orderId": "refused", "amount": 1}, {"orderId": "o-no-amount"}
@@ -210,9 +215,12 @@ def test_the_full_examples_run_with_their_checkpoint_on_s3_and_the_handler_gets_
         assert sorted(o["orderId"] for o in outputs) == sorted(o["orderId"] for o in orders), op.log()[-3000:]
         assert {json.dumps(o["env"], sort_keys=True) for o in outputs} == {json.dumps(
             {"DB_PASSWORD": password, "REGION": region, "LOG_LEVEL": "info", "CFG_region": region}, sort_keys=True)}
+        # The ValueError (nonRetryable) to the dead-letter topic; the order the schema refuses
+        # to its route's topic (routes: validation, Reject), both counted as rejected.
         dlq = read_all(kafka_bootstrap, f"{source}.dlq")
-        reasons = sorted(dict(r.headers)[REASON].decode() for r in dlq)
-        assert reasons == ["non-retryable", "validation"], reasons
+        assert [dict(r.headers)[REASON].decode() for r in dlq] == ["non-retryable"]
+        declined = read_all(kafka_bootstrap, f"{source}.declined")
+        assert [dict(r.headers)[REASON].decode() for r in declined] == ["validation"]
         assert ((k.qc(name) or {}).get("status") or {}).get("counts", {}).get("rejected") == 2
         assert any("/commits/" in key for key in s3.keys(ckpt))
 
