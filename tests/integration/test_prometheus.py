@@ -98,21 +98,27 @@ def fast_poison_rate_rule() -> dict:
     return {"groups": [{"name": FAST_GROUP, "rules": [fast]}]}
 
 
-@pytest.fixture(scope="module")
-def prom(stack) -> Any:
+def with_test_rule(stack, file_name: str, rule: dict, group: str) -> Any:
     """The session's stack with Prometheus added (as `antidote dev up --prometheus` on a
-    running stack does), plus the test-only fast rule; the rule is removed after."""
+    running stack does), plus a test-only rule group, loaded before it is yielded and removed
+    after (for module fixtures: `yield from`)."""
     s = devstack.add_prometheus(Path(stack.dir))
-    rule_file = devprom.rules_dir(Path(s.dir)) / "test-fast.yaml"
-    rule_file.write_text(yaml.safe_dump(fast_poison_rate_rule(), sort_keys=False))
+    rule_file = devprom.rules_dir(Path(s.dir)) / file_name
+    rule_file.write_text(yaml.safe_dump(rule, sort_keys=False))
     devprom.reload(s.prometheus_url)
-    wait_for(lambda: FAST_GROUP in {g["name"] for g in api(s.prometheus_url, "/api/v1/rules")["groups"]},
+    wait_for(lambda: group in {g["name"] for g in api(s.prometheus_url, "/api/v1/rules")["groups"]},
              "the test rule group loaded")
     try:
         yield s
     finally:
         rule_file.unlink(missing_ok=True)
         devprom.reload(s.prometheus_url)
+
+
+@pytest.fixture(scope="module")
+def prom(stack) -> Any:
+    """Prometheus on the session's stack, with the test-only fast poison-rate rule."""
+    yield from with_test_rule(stack, "test-fast.yaml", fast_poison_rate_rule(), FAST_GROUP)
 
 
 def test_dev_cli_shows_prometheus_and_its_config_passes_promtool(prom) -> None:

@@ -23,14 +23,12 @@ from antidote_consumer.driver.metrics import Metrics
 from antidote_consumer.reader.rules import ReaderOptions
 from antidote_consumer.reader.run import run_reader
 from antidote_devrunner.targets import TargetFiles
-from antidote_devstack import prometheus as devprom
-from antidote_devstack import stack as devstack
 
 from antidote_testkit import consumers as cu
 from antidote_testkit.kafka_io import produce
 from antidote_testkit.operators import wait_for
 
-from .test_prometheus import RULES, alerts, api, query
+from .test_prometheus import RULES, alerts, query, with_test_rule
 
 pytestmark = pytest.mark.integration
 
@@ -50,17 +48,7 @@ def fast_aging_rule() -> dict:
 
 @pytest.fixture(scope="module")
 def prom(stack) -> Any:
-    s = devstack.add_prometheus(Path(stack.dir))
-    rule_file = devprom.rules_dir(Path(s.dir)) / "test-poison-aging.yaml"
-    rule_file.write_text(yaml.safe_dump(fast_aging_rule(), sort_keys=False))
-    devprom.reload(s.prometheus_url)
-    wait_for(lambda: GROUP in {g["name"] for g in api(s.prometheus_url, "/api/v1/rules")["groups"]},
-             "the test rule group loaded")
-    try:
-        yield s
-    finally:
-        rule_file.unlink(missing_ok=True)
-        devprom.reload(s.prometheus_url)
+    yield from with_test_rule(stack, "test-poison-aging.yaml", fast_aging_rule(), GROUP)
 
 
 def test_a_poison_message_ages_past_the_threshold_and_a_reader_resolves_it(
