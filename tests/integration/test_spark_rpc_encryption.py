@@ -51,6 +51,10 @@ spark.stop()
 """
 
 
+SOL_PACKET, PACKET_STATISTICS = 263, 6  # <linux/if_packet.h>: struct tpacket_stats
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -64,8 +68,13 @@ class Capture:
         self.ports = ports
         self.streams: dict[tuple, bytearray] = defaultdict(bytearray)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+        # A loaded machine (the suite runs in parallel) can leave this thread behind the
+        # frames: a large kernel buffer keeps them, and `drops` says whether any were lost,
+        # since a capture with holes proves nothing either way.
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
         self.sock.bind(("lo", 0))
         self.sock.settimeout(0.2)
+        self.drops = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -94,6 +103,7 @@ class Capture:
     def stop(self) -> dict[tuple, bytes]:
         self.stopped.set()
         self.thread.join(timeout=5)
+        _packets, self.drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
         self.sock.close()
         return {k: bytes(v) for k, v in self.streams.items()}
 
@@ -113,7 +123,10 @@ def _run(conf: dict[str, str], tmp_path: Path) -> tuple[int, dict[tuple, bytes]]
     driver, blocks = _free_port(), _free_port()
     conf = {**conf, "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.port": str(driver), "spark.driver.blockManager.port": str(blocks),
-            "spark.ui.enabled": "false"}
+            "spark.ui.enabled": "false",
+            # The task travels in a broadcast, lz4-compressed by default: uncompressed, the
+            # secret is on the wire as its own bytes unless encryption hides it.
+            "spark.broadcast.compress": "false"}
     cap = Capture({driver, blocks})
     try:
         proc = subprocess.run([sys.executable, "-c", JOB, json.dumps(conf), SENTINEL], capture_output=True,
@@ -121,6 +134,7 @@ def _run(conf: dict[str, str], tmp_path: Path) -> tuple[int, dict[tuple, bytes]]
     finally:
         streams = cap.stop()
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+    assert cap.drops == 0, f"the capture lost {cap.drops} frames: it cannot tell what crossed"
     return sum(len(v) for v in streams.values()), streams
 
 
