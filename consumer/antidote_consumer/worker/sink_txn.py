@@ -5,20 +5,24 @@ the partition's offsets the committed outputs cover (kafka.sink_entries).
 
 A transaction lasts as long as writing one chunk: the handler never runs inside one, so no
 attempt or batch is sized against the transaction timeout. One transactional producer per
-partition id (antidote_api.names.sink_transactional_id), kept by the process across tasks; its
-init_transactions fences every earlier attempt of the partition, wherever it runs."""
+partition id (antidote_api.names.sink_transactional_id), kept across tasks; its
+init_transactions fences every earlier attempt of the partition, wherever it runs. In a Spark
+task the producers are the executor's, kept by its transactional writer process
+(worker.txn_writer) for all its Python workers; elsewhere (the driver's local worker, tests)
+by the process itself."""
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from antidote_api.names import sink_transactional_id
 from antidote_consumer.kafka.sink_entries import SinkEntry, entry_key, read_entry
 
-from . import sink
+from . import sink, txn_writer
 
 # A chunk is written before the next message once this much waits, or its first output has
 # waited this long: the memory a task holds, and how late its outputs become visible.
@@ -121,7 +125,8 @@ class PartitionSink:
     start: int = -1  # the first offset the buffered chunk covers (the last commit's end)
     first: float = 0.0  # when the oldest buffered output was made (monotonic)
     _id: str = ""
-    _open: Any = None
+    _open: Any = None  # the producer; the writer's token (shared)
+    _shared: Any = None  # the executor's writer client; False: this process's producers
 
     @classmethod
     def open(cls, eos: ExactlyOnce, sink_kafka: dict, topic: str, partition: int,
@@ -145,7 +150,16 @@ class PartitionSink:
         return part
 
     def _producer(self):
+        """Takes the partition's id: this process's producer of it, or the executor writer's
+        (with a token of this task's, which the writer's other tasks then fence)."""
         if self._open is None:
+            if self._shared is None:
+                self._shared = txn_writer.client() if in_spark_task() else False
+            if self._shared:
+                token = uuid.uuid4().hex
+                self._shared.call("take", self._id, self.conf, token)
+                self._open = token
+                return token
             try:
                 self._open = producer(self.conf, self._id)
             except Exception:
@@ -228,6 +242,11 @@ class PartitionSink:
 
     def _write(self, entry: SinkEntry) -> SinkEntry:
         p = self._producer()
+        if self._shared:
+            self._shared.call("commit", self._id, p, self.sink_topic, self.buffer, self.eos.ledger_topic,
+                              entry_key(self.topic, self.partition).encode(),
+                              json.dumps(entry.to_json()).encode())
+            return entry
         p.begin_transaction()
         for key, value, headers in self.buffer:
             try:
@@ -243,7 +262,9 @@ class PartitionSink:
         """The chunk was not committed (a record refused, a timeout): its transaction is
         aborted, keeping the producer when it can be; the task fails and the batch is replayed."""
         try:
-            if err.args[0].txn_requires_abort() and self._open is not None:
+            if self._shared:
+                pass  # the writer aborted it (or dropped its producer) before it answered
+            elif err.args[0].txn_requires_abort() and self._open is not None:
                 self._open.abort_transaction(COMMIT_TIMEOUT_S)
             else:
                 raise RuntimeError("not abortable")
@@ -252,6 +273,16 @@ class PartitionSink:
             self._open = None
         return RuntimeError(f"sink topic {self.sink_topic}: {len(self.buffer)} outputs not committed: "
                             f"{err.args[0]}")
+
+
+def in_spark_task() -> bool:
+    """Whether this runs a Spark task (a Python worker of an executor): its producers are the
+    executor's writer's."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return False
+    return TaskContext.get() is not None
 
 
 def retried_task() -> bool:

@@ -1,0 +1,270 @@
+"""One process per executor that owns the exactly-once sink's transactional producers
+(docs/consumer.md, "Exactly-once to a Kafka sink"; worker.sink_txn).
+
+Why a process of its own: a partition's transactional id is what fences its older attempts,
+so only one producer may hold it. When each Python worker kept its own producers, Spark gave
+a partition's next task to whichever worker of the executor was free, and the worker that
+got it back found its producer fenced by its sibling: a failed chunk, a new producer
+(`init_transactions`, 60-140 ms), a read of the partition's entry, the chunk again (548
+fencings in one benchmark run; docs/scaling.md). Here the executor's workers send their
+chunks to one writer, which keeps one producer per partition for as long as the executor
+lives: a partition moving between workers costs nothing.
+
+What the broker's fencing did between sibling workers, the writer does itself: each task
+takes a partition's id with a token of its own (`take`), and a commit whose token is no
+longer the partition's owner's is refused as fenced, without a round trip. A task whose
+partition was taken from it then takes it back and reads the entry, as after a broker
+fence (sink_txn.PartitionSink._take_back). Attempts in other executors (or a dead driver's)
+are still fenced by the broker: the writer's producer for the id is made again, fencing
+them, when a commit says it was fenced, and whenever it is first made.
+
+The writer listens on an abstract Unix socket named for the executor's Python daemon (the
+workers' parent: its pid and start time), answers only its own user (SO_PEERCRED), and
+exits once that daemon is gone. A task killed while the writer commits its chunk leaves the
+chunk committed with its entry (the replay passes over it), as if it had died just after.
+
+Run as `python -m antidote_consumer.worker.txn_writer <name> <daemon pid>`; started by the
+first worker that needs it (`client()`)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from . import sink
+
+# A chunk's transaction (as sink_txn: its producer's settings; far above what a chunk takes).
+TRANSACTION_TIMEOUT_MS = 60_000
+COMMIT_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 30.0  # a new writer answers within this, or the task fails
+WATCH_S = 1.0  # how often the writer checks that its executor's daemon still runs
+_LEN = struct.Struct("!Q")
+
+
+def _send(conn: socket.socket, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=5)
+    conn.sendall(_LEN.pack(len(data)) + data)
+
+
+def _recv(conn: socket.socket) -> Any:
+    head = _exact(conn, _LEN.size)
+    return pickle.loads(_exact(conn, _LEN.unpack(head)[0]))
+
+
+def _exact(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        got = conn.recv(min(n - len(buf), 1 << 20))
+        if not got:
+            raise ConnectionError("the transactional writer closed the connection")
+        buf += got
+    return bytes(buf)
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time (clock ticks since boot): with its pid, a name no later process
+    reuses."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[19].decode()
+
+
+def writer_name(daemon: int) -> str:
+    return f"antidote-txn-{os.getuid()}-{daemon}-{_start_time(daemon)}"
+
+
+# -- the writer -------------------------------------------------------------------------
+
+def _error(err) -> tuple:
+    return (err.code(), err.str(), err.fatal(), err.retriable(), err.txn_requires_abort())
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.producers: dict[str, Any] = {}
+        self.owners: dict[str, str] = {}
+        self.locks: dict[str, threading.Lock] = {}
+        self.guard = threading.Lock()
+        self.inits = 0  # producers made (each fences its id's holders elsewhere): "stats"
+
+    def lock(self, tid: str) -> threading.Lock:
+        with self.guard:
+            return self.locks.setdefault(tid, threading.Lock())
+
+    def take(self, tid: str, conf: dict, token: str) -> tuple:
+        with self.lock(tid):
+            if tid not in self.producers:
+                self.producers[tid] = _init(conf, tid)  # fences the id's holders elsewhere
+                self.inits += 1
+            self.owners[tid] = token
+        return ("ok",)
+
+    def commit(self, tid: str, token: str, sink_topic: str, records: list, ledger_topic: str,
+               key: bytes, entry: bytes) -> tuple:
+        from confluent_kafka import KafkaError, KafkaException
+
+        with self.lock(tid):
+            p = self.producers.get(tid)
+            if p is None or self.owners.get(tid) != token:
+                return ("err", (KafkaError._FENCED, "another task of this executor took the partition",
+                                False, False, False))
+            try:
+                p.begin_transaction()
+                for k, v, headers in records:
+                    try:
+                        p.produce(sink_topic, v, k, headers=headers)
+                    except BufferError:  # the local queue is full: wait for room
+                        sink.produce(p, sink_topic, k, v, headers)
+                p.produce(ledger_topic, entry, key)
+                p.commit_transaction(COMMIT_TIMEOUT_S)
+            except KafkaException as err:
+                self._refused(tid, err.args[0])
+                return ("err", _error(err.args[0]))
+        return ("ok",)
+
+    def _refused(self, tid: str, err) -> None:
+        """The chunk is not committed: its transaction is aborted, keeping the producer when
+        it can be; one fenced or broken is made again by the next `take`."""
+        try:
+            if not err.txn_requires_abort():
+                raise RuntimeError("not abortable")
+            self.producers[tid].abort_transaction(COMMIT_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a producer that cannot abort is made again
+            self.producers.pop(tid, None)
+
+    def serve(self, conn: socket.socket) -> None:
+        with conn:
+            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            if uid != os.getuid():
+                return  # another user's process on this network namespace
+            while True:
+                try:
+                    op, *args = _recv(conn)
+                except (ConnectionError, OSError):
+                    return
+                reply: tuple
+                try:
+                    if op == "stats":
+                        reply = ("ok", {"inits": self.inits, "producers": len(self.producers)})
+                    else:
+                        reply = self.take(*args) if op == "take" else self.commit(*args)
+                except Exception as err:  # noqa: BLE001 - the task fails with it, the writer lives
+                    reply = ("fail", f"{type(err).__name__}: {err}")
+                try:
+                    _send(conn, reply)
+                except OSError:
+                    return  # the task is gone (killed while its chunk was committed)
+
+
+def _init(conf: dict, tid: str):
+    """A producer of `tid`, initialized (which fences its earlier holders). The broker answers
+    CONCURRENT_TRANSACTIONS while it still ends a fenced producer's transaction: retried."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    p = Producer({**conf, **sink.PRODUCER_CONF, "transactional.id": tid,
+                  "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+    deadline = time.monotonic() + COMMIT_TIMEOUT_S
+    while True:
+        try:
+            p.init_transactions(max(1.0, deadline - time.monotonic()))
+            return p
+        except KafkaException as err:
+            busy = err.args[0].retriable() or err.args[0].code() == KafkaError.CONCURRENT_TRANSACTIONS
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def main(name: str, daemon: int) -> None:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind("\0" + name)
+    except OSError:
+        return  # another worker started it first
+    server.listen(64)
+    writer = Writer()
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCH_S)
+            try:
+                os.kill(daemon, 0)
+            except ProcessLookupError:
+                os._exit(0)  # the executor is gone: its producers' open transactions time out
+
+    threading.Thread(target=watch, daemon=True).start()
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=writer.serve, args=(conn,), daemon=True).start()
+
+
+# -- a worker's side ----------------------------------------------------------------------
+
+class Client:
+    """A Python worker's connection to its executor's writer (one, kept across tasks)."""
+
+    def __init__(self, name: str, daemon: int) -> None:
+        self.name, self.daemon = name, daemon
+        self.conn: socket.socket | None = None
+
+    def _connect(self) -> socket.socket:
+        deadline, started = time.monotonic() + START_TIMEOUT_S, False
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect("\0" + self.name)
+                return conn
+            except (ConnectionRefusedError, FileNotFoundError):
+                conn.close()
+            if not started:
+                # Its own session: a task killed (or a worker stopped) does not take it along.
+                subprocess.Popen([sys.executable, "-m", __name__, self.name, str(self.daemon)],
+                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+                started = True
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the executor's transactional writer ({self.name}) did not start "
+                                   f"within {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.05)
+
+    def call(self, *request) -> tuple:
+        if self.conn is None:
+            self.conn = self._connect()
+        try:
+            _send(self.conn, request)
+            reply = _recv(self.conn)
+        except (ConnectionError, OSError):
+            self.conn.close()
+            self.conn = None  # the writer died: the task fails; the next starts a new one
+            raise
+        if reply[0] == "err":
+            from confluent_kafka import KafkaError, KafkaException
+
+            code, reason, fatal, retriable, abort = reply[1]
+            raise KafkaException(KafkaError(code, reason, fatal=fatal, retriable=retriable,
+                                            txn_requires_abort=abort))
+        if reply[0] == "fail":
+            raise RuntimeError(f"the executor's transactional writer: {reply[1]}")
+        return reply
+
+
+_client: Client | None = None
+
+
+def client() -> Client:
+    """This worker's client of its executor's writer (the daemon is the worker's parent)."""
+    global _client
+    if _client is None:
+        daemon = os.getppid()
+        _client = Client(writer_name(daemon), daemon)
+    return _client
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
