@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 from antidote_api.names import sink_transactional_id
 from antidote_consumer.kafka.sink_entries import SinkEntry, entry_key, read_entry
-from antidote_consumer.worker import txn_writer
+from antidote_consumer.worker import sink_txn, txn_writer
 from antidote_consumer.worker.sink_txn import ExactlyOnce, PartitionSink
 from .test_sink_fenced_mid_chunk import committed
 
@@ -64,6 +64,7 @@ def test_a_partition_moving_between_the_executors_workers_costs_no_fencing_and_e
         part = _task(eos, kafka_bootstrap, sink, (one, two)[batch % 2], batch * 100)
         _outputs(part, batch * 100, batch * 100 + 100)
         assert part.commit(batch * 100 + 100) == SinkEntry(batch * 100 + 100)
+        part.done()  # the task's end: its chunks committed
     assert _stats(one) == {"inits": 1, "producers": 1}  # one producer, initialized once
     values = committed(kafka_bootstrap, sink)
     assert sorted(values) == sorted(b"%d" % o for o in range(600))
@@ -81,15 +82,18 @@ def test_two_tasks_of_one_partition_on_one_executor_cannot_both_commit_its_offse
     old = _task(eos, kafka_bootstrap, sink, one, 0)
     _outputs(old, 0, 50)
     assert old.commit(50) == SinkEntry(50)  # its first chunk, before the retry started
+    old.done()
     _outputs(old, 50, 100)
     new = _task(eos, kafka_bootstrap, sink, two, 0)
     new.carried = SinkEntry(50)  # read from the ledger by the retry (retried_task)
     _outputs(new, 50, 100)
     assert new.commit(100) == SinkEntry(100)
+    new.done()
     # The old task's next chunk is refused by the writer (the retry took the partition), and
     # the entry it reads then says another attempt committed its offsets: it stops.
     with pytest.raises(RuntimeError, match="another attempt committed offsets from 50 on"):
         old.commit(100)
+        old.done()
     assert _stats(one)["inits"] == 1  # fenced without the broker
     values = committed(kafka_bootstrap, sink)
     assert sorted(values) == sorted(b"%d" % o for o in range(100))  # each once
@@ -104,6 +108,7 @@ def test_an_attempt_in_another_executor_fences_the_writer_through_the_broker(
     part = _task(eos, kafka_bootstrap, sink, client, 0)
     _outputs(part, 0, 100)
     assert part.commit(100) == SinkEntry(100)
+    part.done()
     # Another executor's task of the partition (the next batch, there) commits 100-199.
     other = Producer({"bootstrap.servers": kafka_bootstrap,
                       "transactional.id": sink_transactional_id(eos.ledger_writer, "src", 0)})
@@ -118,8 +123,60 @@ def test_an_attempt_in_another_executor_fences_the_writer_through_the_broker(
     part = _task(eos, kafka_bootstrap, sink, client, 200)
     _outputs(part, 200, 300)
     assert part.commit(300) == SinkEntry(300)
+    part.done()
     assert _stats(client)["inits"] == 2
     assert sorted(committed(kafka_bootstrap, sink)) == sorted(b"%d" % o for o in range(300))
+
+
+def test_a_chunk_sent_after_one_the_broker_refused_is_not_committed_either(
+        kafka_bootstrap, topic_factory, daemon) -> None:
+    """The task does not wait for a chunk's commit before it goes on and sends the next: if
+    the first is refused, the second (whose entry passes over the first's offsets) must not be
+    committed, or the first's outputs would be lost."""
+    sink = topic_factory("-out", config={"max.message.bytes": "2000"})
+    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
+    eos = ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}", fresh=frozenset({"src:0"}))
+    client = txn_writer.Client(txn_writer.writer_name(daemon.pid), daemon.pid)
+    part = _task(eos, kafka_bootstrap, sink, client, 0)
+    _outputs(part, 0, 10)
+    part.add(10, None, os.urandom(50_000), None)  # larger than the topic takes, compressed: refused
+    with pytest.raises(RuntimeError, match="outputs not committed"):
+        part.commit(11)
+        _outputs(part, 11, 20)
+        part.commit(20)  # sent before the first's refusal is read (it needs the broker)
+        part.done()
+    assert part.inflight and part.inflight[-1].entry == SinkEntry(20)  # it was sent, and not committed
+    assert committed(kafka_bootstrap, sink) == []
+    assert read_entry({"bootstrap.servers": kafka_bootstrap}, ledger, entry_key("src", 0)) is None
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["process", "writer"])
+def test_after_a_refused_chunk_the_partitions_next_task_commits(
+        kafka_bootstrap, topic_factory, daemon, shared: bool) -> None:
+    """A producer whose transaction was aborted for a refused record fails its next commit
+    (OUT_OF_ORDER_SEQUENCE_NUMBER): it is made again, or every later task of the partition on
+    that worker (or executor) would fail too."""
+    sink = topic_factory("-out", config={"max.message.bytes": "2000"})
+    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
+    eos = ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}", fresh=frozenset({"src:0"}))
+    client = txn_writer.Client(txn_writer.writer_name(daemon.pid), daemon.pid)
+    tid = sink_transactional_id(eos.ledger_writer, "src", 0)
+    try:
+        part = _task(eos, kafka_bootstrap, sink, client, 0)
+        part._shared = client if shared else False
+        part.add(0, None, os.urandom(50_000), None)
+        with pytest.raises(RuntimeError, match="outputs not committed"):
+            part.commit(1)
+            part.done()
+        part = _task(eos, kafka_bootstrap, sink, client, 0)  # Spark's retry, without the record
+        part._shared = client if shared else False
+        _outputs(part, 1, 11)
+        part.pend(0)
+        assert part.commit(11) == SinkEntry(11, frozenset({0}))
+        part.done()
+        assert sorted(committed(kafka_bootstrap, sink)) == sorted(b"%d" % o for o in range(1, 11))
+    finally:
+        sink_txn.forget(tid)
 
 
 def _answers(name: str) -> bool:

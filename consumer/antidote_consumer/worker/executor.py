@@ -25,7 +25,7 @@ from .handler import encode_output, load_handler
 from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
-from .sink_txn import ExactlyOnce, PartitionSink, retried_task
+from .sink_txn import ExactlyOnce, PartitionSink, finish, retried_task
 from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
@@ -373,9 +373,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     if producer is not None:
         sink.delivered(producer, sink_topic)
     rep.close(n_ok)
+    finish(sinks, ends, writes)  # the rest of each partition's outputs, and its entry
     for where, p in sinks.items():
-        if writes and where in ends:
-            p.commit(ends[where] + 1)  # the rest of its outputs, and its entry
         if p.carried is not None:  # what the ledger holds now, told to the driver ("sink" row)
             _emit(out, "sink", None, None, (), h.Origin(where[0], where[1], p.carried.next, 0),
                   where[0], where[1], p.carried.next, 0, 0, None, None,

@@ -36,6 +36,12 @@ COMMIT_TIMEOUT_S = 60.0
 # fails: a partition moved between Python workers fences once, and a second fence within
 # one commit was seen under load (steady_state.py's Avro runs: "_STATE, Erroneous state").
 FENCED_TRIES = 3
+# With the executor's writer (worker.txn_writer) a chunk is committed while the task goes on,
+# so chunks are smaller: most of a task's outputs are written while its handler still runs,
+# and the task waits at its end only for its last chunk. At most this many of a partition's
+# chunks wait for the writer at once (the memory a task holds: one more, being filled).
+SHARED_CHUNK_BYTES = 2 * 1024 * 1024
+MAX_INFLIGHT = 2
 
 _producers: dict[str, Any] = {}  # transactional id -> producer, kept by the process
 
@@ -107,6 +113,13 @@ def forget(transactional_id: str) -> None:
     _producers.pop(transactional_id, None)
 
 
+@dataclass(frozen=True)
+class Chunk:
+    start: int  # the first offset it covers
+    records: list[tuple]
+    entry: SinkEntry
+
+
 @dataclass
 class PartitionSink:
     """One partition's outputs in one task, and what their ledger entry says."""
@@ -127,6 +140,12 @@ class PartitionSink:
     _id: str = ""
     _open: Any = None  # the producer; the writer's token (shared)
     _shared: Any = None  # the executor's writer client; False: this process's producers
+    # Shared: the chunks sent to the writer and not yet committed, oldest first; how many of
+    # the writer's replies are still to come; the first refusal, handled by _recover.
+    inflight: list[Chunk] = field(default_factory=list)
+    outstanding: int = 0
+    failed: Exception | None = None
+    tries: int = 0
 
     @classmethod
     def open(cls, eos: ExactlyOnce, sink_kafka: dict, topic: str, partition: int,
@@ -135,6 +154,7 @@ class PartitionSink:
         part = cls(topic, partition, sink_kafka.get("topic", ""), eos,
                    sink.client_conf(sink_kafka) if sink_kafka else {})
         part._id = sink_transactional_id(eos.ledger_writer, topic, partition)
+        part._shared = txn_writer.client() if part.conf and in_spark_task() else False
         known = eos.entry(where)
         if known is not None:
             part.position, part.carried = known
@@ -187,7 +207,8 @@ class PartitionSink:
         self.pending.add(offset)
 
     def due(self) -> bool:
-        return bool(self.buffer) and (self.size >= CHUNK_BYTES or time.monotonic() - self.first >= CHUNK_AGE_S)
+        limit = SHARED_CHUNK_BYTES if self._shared else CHUNK_BYTES
+        return bool(self.buffer) and (self.size >= limit or time.monotonic() - self.first >= CHUNK_AGE_S)
 
     def entry(self, upto: int) -> SinkEntry:
         """The entry of a commit once every offset below `upto` is done with."""
@@ -212,6 +233,8 @@ class PartitionSink:
 
         if not self.buffer:
             return None
+        if self._shared:
+            return self._send(upto)
         for tries in range(1, FENCED_TRIES + 1):
             try:
                 entry = self._write(self.entry(upto))
@@ -225,6 +248,72 @@ class PartitionSink:
         self.start = upto
         self.carried = entry if self.carried is None or entry.next >= self.carried.next else self.carried
         return entry
+
+    def _send(self, upto: int) -> SinkEntry:
+        """Shared: the chunk goes to the executor's writer, which commits it while this task
+        goes on; it is kept until the writer says it is committed (done() waits for that)."""
+        entry = self.entry(upto)
+        chunk = Chunk(self.start, self.buffer, entry)
+        self.inflight.append(chunk)
+        self._post(chunk)
+        self.buffer, self.size, self.start = [], 0, upto
+        self.carried = entry if self.carried is None or entry.next >= self.carried.next else self.carried
+        self._shared.poll()
+        while self.failed is not None or len(self.inflight) > MAX_INFLIGHT:
+            if self.failed is not None:
+                self._recover()
+            else:
+                self._shared.wait_one()
+        return entry
+
+    def _post(self, chunk: Chunk) -> None:
+        token = self._producer()
+        self._shared.send(("commit", self._id, token, self.sink_topic, chunk.records, self.eos.ledger_topic,
+                           entry_key(self.topic, self.partition).encode(),
+                           json.dumps(chunk.entry.to_json()).encode()), self._replied)
+        self.outstanding += 1
+
+    def _replied(self, reply: tuple) -> None:
+        self.outstanding -= 1
+        if self.failed is not None:
+            return  # a later chunk of a refused one: the writer refused it too; resent or dropped with it
+        err = txn_writer.error_of(reply)
+        if err is None:
+            self.inflight.pop(0)  # replies come in order: the oldest is committed
+        else:
+            self.failed = err
+
+    def _recover(self) -> None:
+        """The writer refused a chunk (and so every later one of this task's). Fenced (another
+        task took the partition, or another executor's producer fenced the writer's): the
+        partition is taken back and every chunk not committed is sent again, unless the entry
+        read after that says another attempt committed their offsets; else the task fails."""
+        from confluent_kafka import KafkaException
+
+        while self.outstanding:
+            self._shared.wait_one()
+        err, self.failed = self.failed, None
+        self.tries += 1
+        fenced = isinstance(err, KafkaException) and _fenced(err.args[0])
+        if not fenced or self.tries >= FENCED_TRIES:
+            raise self._refused(err) from err
+        self._open = None
+        self._producer()  # a new token; a new producer if the writer's was fenced
+        found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition))
+        first = self.inflight[0].start
+        if found is not None and found.next > first:
+            raise RuntimeError(f"{self.topic}/{self.partition}: another attempt committed offsets "
+                               f"from {first} on (its entry ends at {found.next}): this one stops") from err
+        for chunk in self.inflight:
+            self._post(chunk)
+
+    def done(self) -> None:
+        """Returns once every chunk sent is committed (shared); raises as commit does."""
+        while self._shared and self.inflight:
+            if self.failed is not None:
+                self._recover()
+            else:
+                self._shared.wait_one()
 
     def _take_back(self, err) -> None:
         """A new producer for the partition's id (fencing whichever took it), then its entry:
@@ -260,19 +349,31 @@ class PartitionSink:
 
     def _refused(self, err) -> Exception:
         """The chunk was not committed (a record refused, a timeout): its transaction is
-        aborted, keeping the producer when it can be; the task fails and the batch is replayed."""
+        aborted and its producer made again for the next chunk (one whose transaction was
+        aborted for a refused record fails its next commit with OUT_OF_ORDER_SEQUENCE_NUMBER,
+        librdkafka 2.x); the task fails and the batch is replayed."""
+        if self._shared:  # the writer aborted it (or dropped its producer) before it answered
+            lost = len(self.buffer) + sum(len(c.records) for c in self.inflight)
+            return RuntimeError(f"sink topic {self.sink_topic}: {lost} outputs not committed: {err}")
         try:
-            if self._shared:
-                pass  # the writer aborted it (or dropped its producer) before it answered
-            elif err.args[0].txn_requires_abort() and self._open is not None:
-                self._open.abort_transaction(COMMIT_TIMEOUT_S)
-            else:
-                raise RuntimeError("not abortable")
-        except Exception:  # noqa: BLE001 - a producer that cannot abort is made again
-            forget(self._id)
-            self._open = None
+            if err.args[0].txn_requires_abort() and self._open is not None:
+                self._open.abort_transaction(COMMIT_TIMEOUT_S)  # ended now, not at its timeout
+        except Exception:  # noqa: BLE001, S110 - the next producer's init fences it anyway
+            pass
+        forget(self._id)
+        self._open = None
         return RuntimeError(f"sink topic {self.sink_topic}: {len(self.buffer)} outputs not committed: "
                             f"{err.args[0]}")
+
+
+def finish(sinks: dict[tuple[str, int], PartitionSink], ends: dict[tuple[str, int], int], writes: bool) -> None:
+    """A task's end: the rest of each partition's outputs and its entry, committed. With the
+    executor's writer, every partition's last chunk is sent before any is waited for."""
+    for where, part in sinks.items():
+        if writes and where in ends:
+            part.commit(ends[where] + 1)
+    for part in sinks.values():
+        part.done()
 
 
 def in_spark_task() -> bool:

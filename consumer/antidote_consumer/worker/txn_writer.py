@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from . import sink
@@ -92,6 +95,9 @@ class Writer:
         self.locks: dict[str, threading.Lock] = {}
         self.guard = threading.Lock()
         self.inits = 0  # producers made (each fences its id's holders elsewhere): "stats"
+        # Tokens one of whose chunks was not committed: their later chunks (already sent, the
+        # task not waiting) are refused too, so no entry passes over the missing one's offsets.
+        self.broken: set[str] = set()
 
     def lock(self, tid: str) -> threading.Lock:
         with self.guard:
@@ -111,7 +117,11 @@ class Writer:
 
         with self.lock(tid):
             p = self.producers.get(tid)
+            if token in self.broken:
+                return ("err", (KafkaError._FENCED, "an earlier chunk of this task was not committed",
+                                False, False, False))
             if p is None or self.owners.get(tid) != token:
+                self.broken.add(token)
                 return ("err", (KafkaError._FENCED, "another task of this executor took the partition",
                                 False, False, False))
             try:
@@ -124,19 +134,21 @@ class Writer:
                 p.produce(ledger_topic, entry, key)
                 p.commit_transaction(COMMIT_TIMEOUT_S)
             except KafkaException as err:
+                self.broken.add(token)
                 self._refused(tid, err.args[0])
                 return ("err", _error(err.args[0]))
         return ("ok",)
 
     def _refused(self, tid: str, err) -> None:
-        """The chunk is not committed: its transaction is aborted, keeping the producer when
-        it can be; one fenced or broken is made again by the next `take`."""
+        """The chunk is not committed: its transaction is aborted, and its producer is made
+        again by the next `take` (after an abort for a refused record, librdkafka's next
+        commit fails with OUT_OF_ORDER_SEQUENCE_NUMBER; one fenced is of no use either)."""
+        p = self.producers.pop(tid)
         try:
-            if not err.txn_requires_abort():
-                raise RuntimeError("not abortable")
-            self.producers[tid].abort_transaction(COMMIT_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - a producer that cannot abort is made again
-            self.producers.pop(tid, None)
+            if err.txn_requires_abort():
+                p.abort_transaction(COMMIT_TIMEOUT_S)  # ended now, not at its timeout
+        except Exception:  # noqa: BLE001, S110 - the next producer's init fences it anyway
+            pass
 
     def serve(self, conn: socket.socket) -> None:
         with conn:
@@ -206,12 +218,28 @@ def main(name: str, daemon: int) -> None:
 
 # -- a worker's side ----------------------------------------------------------------------
 
+def error_of(reply: tuple) -> Exception | None:
+    """The exception a writer's reply stands for (None: done)."""
+    if reply[0] == "err":
+        from confluent_kafka import KafkaError, KafkaException
+
+        code, reason, fatal, retriable, abort = reply[1]
+        return KafkaException(KafkaError(code, reason, fatal=fatal, retriable=retriable,
+                                         txn_requires_abort=abort))
+    if reply[0] == "fail":
+        return RuntimeError(f"the executor's transactional writer: {reply[1]}")
+    return None
+
+
 class Client:
-    """A Python worker's connection to its executor's writer (one, kept across tasks)."""
+    """A Python worker's connection to its executor's writer (one, kept across tasks).
+    Requests are answered in the order they were sent: `call` waits for its answer, `send`
+    does not (its answer goes to `on_reply` when `poll` or `wait_one` reads it)."""
 
     def __init__(self, name: str, daemon: int) -> None:
         self.name, self.daemon = name, daemon
         self.conn: socket.socket | None = None
+        self.pending: deque[Callable[[tuple], None]] = deque()
 
     def _connect(self) -> socket.socket:
         deadline, started = time.monotonic() + START_TIMEOUT_S, False
@@ -233,24 +261,39 @@ class Client:
                                    f"within {START_TIMEOUT_S:.0f} s")
             time.sleep(0.05)
 
-    def call(self, *request) -> tuple:
+    def _io(self, fn: Callable[[socket.socket], Any]) -> Any:
         if self.conn is None:
             self.conn = self._connect()
         try:
-            _send(self.conn, request)
-            reply = _recv(self.conn)
+            return fn(self.conn)
         except (ConnectionError, OSError):
             self.conn.close()
             self.conn = None  # the writer died: the task fails; the next starts a new one
+            self.pending.clear()
             raise
-        if reply[0] == "err":
-            from confluent_kafka import KafkaError, KafkaException
 
-            code, reason, fatal, retriable, abort = reply[1]
-            raise KafkaException(KafkaError(code, reason, fatal=fatal, retriable=retriable,
-                                            txn_requires_abort=abort))
-        if reply[0] == "fail":
-            raise RuntimeError(f"the executor's transactional writer: {reply[1]}")
+    def send(self, request: tuple, on_reply: Callable[[tuple], None]) -> None:
+        self._io(lambda conn: _send(conn, request))
+        self.pending.append(on_reply)
+
+    def wait_one(self) -> None:
+        """Reads the oldest unanswered `send`'s reply and hands it over."""
+        reply = self._io(_recv)
+        self.pending.popleft()(reply)
+
+    def poll(self) -> None:
+        """Hands over the replies that have arrived, without waiting for more."""
+        while self.pending and self.conn is not None and select.select([self.conn], [], [], 0)[0]:
+            self.wait_one()
+
+    def call(self, *request) -> tuple:
+        while self.pending:
+            self.wait_one()
+        self._io(lambda conn: _send(conn, request))
+        reply = self._io(_recv)
+        err = error_of(reply)
+        if err is not None:
+            raise err
         return reply
 
 
