@@ -133,7 +133,7 @@ def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -
                 err, key, value = msg.error(), msg.key(), msg.value()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        state.end = msg.offset()  # the last stable offset: all below it decided
+                        state.end = msg.offset() or 0  # the last stable offset: all below it decided
                         break
                     raise RuntimeError(f"ledger {topic}: {err}")
                 if key is not None and value is not None:

@@ -119,20 +119,20 @@ def scan_entry(conf: dict, ledger_topic: str, key: str, since: int = 0,
             if msg is None:
                 raise TimeoutError(f"ledger {ledger_topic}: no record for {timeout:.0f}s while reading {key} "
                                    f"from offset {start} to {high} (a transaction below it still open?)")
-            err = msg.error()
+            err, offset = msg.error(), msg.offset() or 0  # (set on records and on EOF)
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"ledger {ledger_topic}: {err}")
-                if scan_done(msg.offset(), high):
-                    return EntryScan(found, seen, start, msg.offset(), records)
+                if scan_done(offset, high):
+                    return EntryScan(found, seen, start, offset, records)
                 continue  # an open transaction below `high`: the end moves once it ends
             records += 1
             deadline = time.monotonic() + timeout  # a long log is read as long as it answers
             if msg.key() == wanted:
                 value = msg.value()
                 found, seen = SinkEntry.from_json(json.loads(value)) if value is not None else None, True
-            if scan_done(msg.offset() + 1, high):
-                return EntryScan(found, seen, start, msg.offset() + 1, records)
+            if scan_done(offset + 1, high):
+                return EntryScan(found, seen, start, offset + 1, records)
     finally:
         consumer.close()
 
