@@ -130,3 +130,14 @@ def test_a_tasks_read_starts_where_the_drivers_copy_is_current_and_finds_what_a_
     finally:
         for fut in kafka_admin.delete_topics([ledger]).values():
             fut.result(timeout=30)
+
+
+def test_an_existing_ledger_with_kafkas_default_segments_is_warned_about_not_refused(
+        kafka_admin, topic_factory, caplog) -> None:
+    source = topic_factory()
+    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})  # as created before
+    with caplog.at_level("WARNING", logger="antidote.consumer"):
+        assert ensure_topics(kafka_admin, source, [], ledger) == 1
+    (warning,) = [r.getMessage() for r in caplog.records if ledger in r.getMessage()]
+    kept = topic_config(kafka_admin, ledger, ("segment.bytes",))["segment.bytes"]  # untouched: the broker's
+    assert int(kept) > 4 * 1024 * 1024 and f"segment.bytes is {kept}" in warning and "kafka-configs --alter" in warning
