@@ -88,11 +88,13 @@ class EntryScan:
 
 def scan_done(offset: int, high: int) -> bool:
     """Whether a scan that has read (or skipped, as aborted or a transaction marker) every
-    record below `offset` is done: it must reach `high`, the log's end when it began (after
-    the task's own producer fenced every earlier attempt of its partition, so nothing of its
-    key can be written past it by anyone else). A read_committed reader is told the end (EOF)
-    at the last stable offset, which an open transaction of another writer holds back: an
-    entry a dead attempt committed after that transaction began would be missed there."""
+    record below `offset` is done: it must reach `high`, the log's high watermark when it
+    began (after the task's own producer fenced every earlier attempt of its partition, so
+    nothing of its key can be written past it by anyone else). A read_committed reader is
+    told the end (EOF), and the offsets it asks for (ListOffsets), at the last stable offset,
+    which an open transaction of another writer holds back: an entry a dead attempt committed
+    after that transaction began would be missed there (measured: "end of partition at
+    offset 0 (HighwaterMark 3)")."""
     return offset >= high
 
 
@@ -106,12 +108,12 @@ def scan_entry(conf: dict, ledger_topic: str, key: str, since: int = 0,
 
     consumer = Consumer(scan_conf(conf, f"{ledger_topic}-sink-entry"))
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(ledger_topic, 0), timeout=timeout)
+        tp = TopicPartition(ledger_topic, 0)
+        low, _ = consumer.get_watermark_offsets(tp, timeout=timeout)  # the second: the stable offset
         start = max(low, since)
-        if scan_done(start, high):
-            return EntryScan(None, False, start, start, 0)
         consumer.assign([TopicPartition(ledger_topic, 0, start)])
         found, seen, records = None, False, 0
+        high: int | None = None  # the high watermark, from the first fetch's answer
         wanted = key.encode()
         deadline = time.monotonic() + timeout
         while True:
@@ -120,9 +122,11 @@ def scan_entry(conf: dict, ledger_topic: str, key: str, since: int = 0,
                 raise TimeoutError(f"ledger {ledger_topic}: no record for {timeout:.0f}s while reading {key} "
                                    f"from offset {start} to {high} (a transaction below it still open?)")
             err, offset = msg.error(), msg.offset() or 0  # (set on records and on EOF)
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(f"ledger {ledger_topic}: {err}")
+            if high is None:
+                high = max(start, consumer.get_watermark_offsets(tp, cached=True)[1])
             if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"ledger {ledger_topic}: {err}")
                 if scan_done(offset, high):
                     return EntryScan(found, seen, start, offset, records)
                 continue  # an open transaction below `high`: the end moves once it ends
