@@ -50,9 +50,9 @@ class ExactlyOnce:
     # partition (an attempt that died may have committed an entry the driver has not seen)
     # reads its entry from the ledger once its own producer has fenced the others.
     fresh: frozenset[str] = frozenset()
-    # The ledger offset the driver's copy is current to (driver.ledger_tail): that read reads
-    # only the records at or after it; nothing of its key there, and the entry above (or none)
-    # is the ledger's. 0: the whole topic.
+    # The ledger offset the driver's copy is current to (driver.ledger_tail): a task that reads
+    # its entry reads only the records from there on; none of its key there, and the entry
+    # passed in `entries` (or none) is the ledger's. 0: the whole topic.
     since: int = 0
 
     def entry(self, where: str) -> tuple[int, SinkEntry] | None:
