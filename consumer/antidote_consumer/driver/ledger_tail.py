@@ -11,7 +11,10 @@ changed by anything else (the tasks' results are kept apart, in SinkState). So:
 A new driver starts from its load (LedgerState.end); an attempt that died after committing an
 entry the driver did not see committed it before the new attempt's fence, so either below
 `known` (then the view has it) or after (then the scan does). `antidote rebase`'s tombstones
-are records like any other. `known` only moves to where the reader has read everything below
+are records like any other. So a task's read from `known` with the view gives what a read of
+the whole topic gave, on the same premise (its fence precedes its read): after a failed job,
+under a new driver, and for the local worker's retry batches, whose partitions are never
+fresh and which read every time. `known` only moves to where the reader has read everything below
 (a record's offset + 1, or the end it was told of: read_committed, so at the last stable
 offset, below which every transaction has ended).
 
