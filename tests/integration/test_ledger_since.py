@@ -20,7 +20,7 @@ from antidote_consumer.driver.ledger import LedgerState, load_state
 from antidote_consumer.driver.sink_state import SinkState
 from antidote_consumer.kafka import sink_entries
 from antidote_consumer.kafka.sink_entries import EntryScan, SinkEntry, entry_key
-from antidote_consumer.kafka.topics import LEDGER_CONFIG, ensure_topics, topic_config
+from antidote_consumer.kafka.topics import LEDGER_CONFIG, ensure_topics, topic_config, wait_ready
 from antidote_consumer.worker import sink_txn
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.sink_txn import ExactlyOnce, PartitionSink
@@ -64,6 +64,7 @@ def test_a_tasks_read_starts_where_the_drivers_copy_is_current_and_finds_what_a_
     writer = f"antidote/tests/since-{uuid.uuid4().hex[:6]}"
     conf = {"bootstrap.servers": kafka_bootstrap}
     kafka_topic = {"topic": sink, "bootstrap.servers": kafka_bootstrap}
+    wait_ready(kafka_admin, [source, sink])  # (created a moment ago: known to every broker)
     ensure_topics(kafka_admin, source, [], ledger)  # the ledger, as a consumer creates it
     try:
         assert topic_config(kafka_admin, ledger, tuple(LEDGER_CONFIG)) == LEDGER_CONFIG
@@ -136,6 +137,7 @@ def test_an_existing_ledger_with_kafkas_default_segments_is_warned_about_not_ref
         kafka_admin, topic_factory, caplog) -> None:
     source = topic_factory()
     ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})  # as created before
+    wait_ready(kafka_admin, [source, ledger])
     with caplog.at_level("WARNING", logger="antidote.consumer"):
         assert ensure_topics(kafka_admin, source, [], ledger) == 1
     (warning,) = [r.getMessage() for r in caplog.records if ledger in r.getMessage()]
