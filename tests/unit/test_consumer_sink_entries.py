@@ -59,8 +59,9 @@ def test_the_driver_passes_the_entries_ahead_of_their_positions_and_what_is_fres
     assert first.exactly_once.fresh == frozenset() and not first.emit_outputs
     assert first.exactly_once.entry("src:0") == (50, SinkEntry(70, frozenset({60})))
     result = BatchResult(ends={("src", 0): 90}, sink={"src:0": {"next": 91, "pending": []}})
-    sink.ran(result, state)
-    assert state.sink["src:0"] == SinkEntry(91) and sink.fresh == {"src:0"}
+    sink.ran(result)
+    assert sink.told["src:0"] == SinkEntry(91) and sink.fresh == {"src:0"}
+    assert sink.current(cfg, state).exactly_once.entry("src:0") == (50, SinkEntry(91))
     assert sink.current(cfg, state, emit=True).emit_outputs
     sink.failed()
     assert sink.current(cfg, state).exactly_once.fresh == frozenset()

@@ -66,7 +66,7 @@ class Runtime:
         self.local: LocalWorker | None = None if path_sink else LocalWorker()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.sink = SinkState()  # an exactly-once Kafka sink's entries (sink_state)
+        self.sink = SinkState(self.cfg.exactly_once is not None)  # an exactly-once sink's entries (sink_state)
         # The earliest due time of the retry records this process wrote, and who to tell:
         # the retry pump sleeps until then instead of polling the retry topics.
         self.scheduled_due: int | None = None
@@ -99,7 +99,7 @@ class Runtime:
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:
-        state = self.ledger.load()
+        state = self.sink.loaded(self.ledger, self.ledger.load())  # followed from there (ledger_tail)
         new = copy.deepcopy(state)
         token = self.s.resume_token
         if token is not None:
@@ -161,7 +161,7 @@ class Runtime:
                 self._await_quiet_executors()
             raise
         self.live.check()
-        self.sink.ran(result, self.ledger.state)
+        self.sink.ran(result)
         return result
 
     def _run_job(self, df) -> list:

@@ -418,6 +418,7 @@ class Consumer:
         else:
             self.offsets.close()
         self.runtime.ledger.close()
+        self.runtime.sink.close()
 
     def _drain_retries(self) -> None:
         """Until no retry record is left, waiting for each one's due time."""

@@ -72,6 +72,9 @@ class LedgerState:
     # An exactly-once sink's entries ("topic:partition" -> what its committed outputs cover),
     # written by the executors (worker.sink_txn), never by the driver: not in entries().
     sink: dict[str, SinkEntry] = field(default_factory=dict)
+    # Where the load that made this state ended: every committed record below it was read
+    # (driver.ledger_tail follows the ledger from there).
+    end: int = field(default=0, compare=False)
 
     def entries(self) -> dict[str, dict]:
         return {
@@ -120,7 +123,7 @@ def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -
         tp = TopicPartition(topic, 0, 0)
         low, high = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=10),
                              f"ledger {topic}: reading its offsets")
-        state = LedgerState()
+        state = LedgerState(end=high)
         if high > low:
             consumer.assign([TopicPartition(topic, 0, low)])
             while True:
@@ -130,6 +133,7 @@ def load_state(bootstrap: str, topic: str, conf: dict[str, str] | None = None) -
                 err, key, value = msg.error(), msg.key(), msg.value()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        state.end = msg.offset() or 0  # the last stable offset: all below it decided
                         break
                     raise RuntimeError(f"ledger {topic}: {err}")
                 if key is not None and value is not None:

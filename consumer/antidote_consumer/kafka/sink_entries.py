@@ -5,11 +5,13 @@ none), except the pending ones (ranges, ends included): failed, held or not atte
 messages, whose outcomes the driver settles. An executor writes it in the transaction that
 commits the outputs it covers; the driver only reads it (at start, from the ledger).
 
-Pure, but for `read_entry`, which scans the ledger topic for one partition's entry."""
+Pure, but for `scan_entry` (and `read_entry`), which scan the ledger topic for one partition's
+entry from the ledger offset the driver last knew (driver.ledger_tail)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,6 +22,12 @@ PREFIX = "sink:"
 # its partition's entry (read_entry): after a restart, once per source partition (measured:
 # 0.51 s a load; 0.05-0.11 s with this). A fetch with data is answered at once either way.
 SCAN_FETCH_WAIT_MS = 10
+# How long a task's scan may wait for the ledger's records below its end to be decided: a
+# transaction of another writer (a dead attempt's, the sink's 60 s transaction.timeout.ms, or
+# the ledger writer's) holds the log's last stable offset until it ends, at the latest when
+# its coordinator aborts it (its timeout, checked every 10 s), and a committed entry past it
+# is invisible to a read_committed reader until then. Also the longest wait for an answer.
+SCAN_TIMEOUT_S = 90.0
 
 
 def entry_key(topic: str, partition: int) -> str:
@@ -67,31 +75,74 @@ def scan_conf(conf: dict, group: str) -> dict:
             "enable.partition.eof": True, "fetch.wait.max.ms": SCAN_FETCH_WAIT_MS}
 
 
-def read_entry(conf: dict, ledger_topic: str, key: str, timeout: float = 30.0) -> SinkEntry | None:
-    """The last committed value of `key` in the ledger topic (read_committed), by a scan of
-    the whole (compacted) topic: for a task that runs after a failure, once its own
-    init_transactions has fenced every earlier attempt of its partition."""
+@dataclass(frozen=True)
+class EntryScan:
+    """What a task's scan of the ledger for one key saw."""
+
+    entry: SinkEntry | None  # the key's last value in [start, end) (None: none, or a tombstone)
+    found: bool  # a record of the key was in [start, end) (else: the driver's copy is current)
+    start: int  # where the scan began: the ledger offset the driver's copy is current to
+    end: int  # where it ended: every record below it was decided and read
+    records: int  # records read
+
+
+def scan_done(offset: int, high: int) -> bool:
+    """Whether a scan that has read (or skipped, as aborted or a transaction marker) every
+    record below `offset` is done: it must reach `high`, the log's high watermark when it
+    began (after the task's own producer fenced every earlier attempt of its partition, so
+    nothing of its key can be written past it by anyone else). A read_committed reader is
+    told the end (EOF), and the offsets it asks for (ListOffsets), at the last stable offset,
+    which an open transaction of another writer holds back: an entry a dead attempt committed
+    after that transaction began would be missed there (measured: "end of partition at
+    offset 0 (HighwaterMark 3)")."""
+    return offset >= high
+
+
+def scan_entry(conf: dict, ledger_topic: str, key: str, since: int = 0,
+               timeout: float = SCAN_TIMEOUT_S) -> EntryScan:
+    """`key`'s last committed value among the ledger's records at or after `since` (the end
+    offset the driver's copy of the entries is current to: ExactlyOnce.since; 0, the whole
+    compacted topic), read once the task's producer has fenced every earlier attempt of its
+    partition. Found nothing: the driver's copy is the ledger's (docs/consumer.md)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(scan_conf(conf, f"{ledger_topic}-sink-entry"))
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(ledger_topic, 0), timeout=timeout)
-        if high <= low:
-            return None
-        consumer.assign([TopicPartition(ledger_topic, 0, low)])
-        found = None
+        tp = TopicPartition(ledger_topic, 0)
+        low, _ = consumer.get_watermark_offsets(tp, timeout=timeout)  # the second: the stable offset
+        start = max(low, since)
+        consumer.assign([TopicPartition(ledger_topic, 0, start)])
+        found, seen, records = None, False, 0
+        high: int | None = None  # the high watermark, from the first fetch's answer
         wanted = key.encode()
+        deadline = time.monotonic() + timeout
         while True:
-            msg = consumer.poll(timeout)
+            msg = consumer.poll(max(0.1, deadline - time.monotonic()))
             if msg is None:
-                raise TimeoutError(f"ledger {ledger_topic}: no answer while reading {key}")
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return found
+                raise TimeoutError(f"ledger {ledger_topic}: no record for {timeout:.0f}s while reading {key} "
+                                   f"from offset {start} to {high} (a transaction below it still open?)")
+            err, offset = msg.error(), msg.offset() or 0  # (set on records and on EOF)
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
                 raise RuntimeError(f"ledger {ledger_topic}: {err}")
+            if high is None:
+                high = max(start, consumer.get_watermark_offsets(tp, cached=True)[1])
+            if err is not None:
+                if scan_done(offset, high):
+                    return EntryScan(found, seen, start, offset, records)
+                continue  # an open transaction below `high`: the end moves once it ends
+            records += 1
+            deadline = time.monotonic() + timeout  # a long log is read as long as it answers
             if msg.key() == wanted:
                 value = msg.value()
-                found = SinkEntry.from_json(json.loads(value)) if value is not None else None
+                found, seen = SinkEntry.from_json(json.loads(value)) if value is not None else None, True
+            if scan_done(offset + 1, high):
+                return EntryScan(found, seen, start, offset + 1, records)
     finally:
         consumer.close()
+
+
+def read_entry(conf: dict, ledger_topic: str, key: str, since: int = 0,
+               timeout: float = SCAN_TIMEOUT_S) -> SinkEntry | None:
+    """`key`'s last committed value at or after `since` (scan_entry), None if there is none
+    (or it is a tombstone): the task then keeps what the driver passed."""
+    return scan_entry(conf, ledger_topic, key, since, timeout).entry

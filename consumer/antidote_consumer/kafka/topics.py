@@ -3,6 +3,7 @@ partition count (so a message keeps its partition), and the compacted ledger."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -19,6 +20,7 @@ class TopicMisfit(ValueError):
     the topic and the setting (exit 2, like bad settings)."""
 
 
+log = logging.getLogger("antidote.consumer")
 DAY_MS = 24 * 3600 * 1000
 # Derived topics are created keeping records this long after the longest cycle delay: the
 # time a consumer may stay stopped (paused, disabled, crash-looping, its cluster down) with
@@ -115,6 +117,38 @@ def ledger_misfits(config: dict[str, str]) -> list[str]:
     return []
 
 
+# The ledger topic as created. Kafka compacts only segments that have rolled, and keeps a
+# transaction marker (an exactly-once sink writes one per partition and chunk) and a tombstone
+# for delete.retention.ms once cleaned: with its defaults (1 GB, 7 days, 1 day) the ledger is
+# in practice never compacted, and every scan of it (a new driver's load, a task's read of its
+# entry) grows with the log. A segment of 4 MiB holds any record batch (at most
+# max.message.bytes, 1 MB: the positions entry, ~30 bytes a partition, is the largest record,
+# and the largest batch is one transaction's) several times over; 10 minutes bounds how long
+# a quiet ledger's active segment waits; 10 minutes still far exceeds a read of the whole
+# ledger (a load, a task's scan: seconds), which must not lose a tombstone it has not reached.
+LEDGER_SEGMENT_BYTES = 4 * 1024 * 1024
+LEDGER_SEGMENT_MS = 10 * 60 * 1000
+LEDGER_DELETE_RETENTION_MS = 10 * 60 * 1000
+LEDGER_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(LEDGER_SEGMENT_BYTES),
+                 "segment.ms": str(LEDGER_SEGMENT_MS), "delete.retention.ms": str(LEDGER_DELETE_RETENTION_MS)}
+LEDGER_CHECKED = ("cleanup.policy", "segment.bytes", "segment.ms", "delete.retention.ms")
+
+
+def ledger_advice(config: dict[str, str]) -> list[str]:
+    """Why an existing ledger topic's log may stay far from its compacted state ([] if it
+    will not): a warning, never a refusal (its entries are all there; only reading them takes
+    longer as the log grows). Settings not known (not described) are not judged."""
+    out = []
+    for name, ours, what in (("segment.bytes", LEDGER_SEGMENT_BYTES, "a segment is compacted only once it rolls"),
+                             ("segment.ms", LEDGER_SEGMENT_MS, "a segment is compacted only once it rolls"),
+                             ("delete.retention.ms", LEDGER_DELETE_RETENTION_MS,
+                              "cleaned transaction markers and tombstones are kept that long")):
+        value = config.get(name)
+        if value is not None and int(value) > ours:
+            out.append(f"{name} is {value} (Antidote creates it with {ours}): {what}")
+    return out
+
+
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
 
 
@@ -139,8 +173,14 @@ def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: s
             problems += [f"topic {t}: {why}" for why in misfits(
                 len(listed[t].partitions), n, conf, retry=t in retry, longest_delay_ms=longest_delay_ms)]
     if ledger in existing:
-        problems += [f"topic {ledger}: {why}"
-                     for why in ledger_misfits(topic_config(admin, ledger, ("cleanup.policy",)))]
+        ledger_conf = topic_config(admin, ledger, LEDGER_CHECKED)
+        problems += [f"topic {ledger}: {why}" for why in ledger_misfits(ledger_conf)]
+        advice = ledger_advice(ledger_conf)
+        if advice:
+            log.warning("topic %s: %s; every read of the ledger grows with its log until it is compacted "
+                        "(kafka-configs --alter --add-config segment.bytes=%d,segment.ms=%d,delete.retention.ms=%d)",
+                        ledger, "; ".join(advice), LEDGER_SEGMENT_BYTES, LEDGER_SEGMENT_MS,
+                        LEDGER_DELETE_RETENTION_MS)
     if problems:
         raise TopicMisfit("; ".join(problems) + ". Change the topic (kafka-configs --alter, "
                           "kafka-topics --alter --partitions) or name other topics in the policy")
@@ -155,7 +195,7 @@ def ensure_topics(admin: AdminClient, source: str, derived: list[str], ledger: s
     wanted = [NewTopic(t, n, -1, config={**config, **({"retention.bytes": "-1"} if t in retry else {})})
               for t in missing]
     if ledger not in existing:
-        wanted.append(NewTopic(ledger, 1, -1, config={"cleanup.policy": "compact"}))
+        wanted.append(NewTopic(ledger, 1, -1, config=dict(LEDGER_CONFIG)))
     if wanted:
         for topic, fut in admin.create_topics(wanted).items():
             try:

@@ -60,6 +60,10 @@ class ExactlyOnce:
     # partition (an attempt that died may have committed an entry the driver has not seen)
     # reads its entry from the ledger once its own producer has fenced the others.
     fresh: frozenset[str] = frozenset()
+    # The ledger offset the driver's copy is current to (driver.ledger_tail): a task that reads
+    # its entry reads only the records from there on; none of its key there, and the entry
+    # passed in `entries` (or none) is the ledger's. 0: the whole topic.
+    since: int = 0
 
     def entry(self, where: str) -> tuple[int, SinkEntry] | None:
         for key, position, nxt, pending in self.entries:
@@ -162,7 +166,7 @@ class PartitionSink:
             # Fence first, then read: an attempt that died after it committed is seen, and
             # one still running can commit nothing more.
             part._producer()
-            found = read_entry(part.conf, eos.ledger_topic, entry_key(topic, partition))
+            found = read_entry(part.conf, eos.ledger_topic, entry_key(topic, partition), eos.since)
             if found is not None and (part.carried is None or found.next >= part.carried.next):
                 part.carried = found
         if part.carried is not None:
@@ -321,7 +325,7 @@ class PartitionSink:
         forget(self._id)
         self._open = None
         self._producer()
-        found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition))
+        found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition), self.eos.since)
         if found is not None and found.next > self.start:
             raise RuntimeError(f"{self.topic}/{self.partition}: another attempt committed offsets "
                                f"from {self.start} on (its entry ends at {found.next}): this one "
