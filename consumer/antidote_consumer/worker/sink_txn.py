@@ -303,7 +303,8 @@ class PartitionSink:
             raise self._refused(err) from err
         self._open = None
         self._producer()  # a new token; a new producer if the writer's was fenced
-        found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition))
+        found = read_entry(self.conf, self.eos.ledger_topic, entry_key(self.topic, self.partition),
+                           self.eos.since)
         first = self.inflight[0].start
         if found is not None and found.next > first:
             raise RuntimeError(f"{self.topic}/{self.partition}: another attempt committed offsets "
