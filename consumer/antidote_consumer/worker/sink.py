@@ -74,3 +74,22 @@ def delivered(producer, topic: str) -> None:
         producer.flush(5)
         raise RuntimeError(f"sink topic {topic}: {len(_sink_errors)} outputs refused, "
                            f"{remaining} unsent after {SINK_WAIT_S:g}s; errors: {_sink_errors[:3]}")
+
+
+def produce_all(p, topic: str, records: tuple[list, list, list | None]) -> None:
+    """Every record of `records` (keys, values, headers or None: sink_txn.Records) produced to
+    `topic`, waiting for room in the producer's queue when it is full."""
+    keys, values, headers = records
+    fast = p.produce
+    if headers is None:
+        for key, value in zip(keys, values):
+            try:
+                fast(topic, value, key)
+            except BufferError:  # the local queue is full: produce() waits for room
+                produce(p, topic, key, value, None)
+        return
+    for key, value, hdrs in zip(keys, values, headers):
+        try:
+            fast(topic, value, key, headers=hdrs)
+        except BufferError:
+            produce(p, topic, key, value, hdrs)

@@ -111,7 +111,7 @@ class Writer:
             self.owners[tid] = token
         return ("ok",)
 
-    def commit(self, tid: str, token: str, sink_topic: str, records: list, ledger_topic: str,
+    def commit(self, tid: str, token: str, sink_topic: str, records: tuple, ledger_topic: str,
                key: bytes, entry: bytes) -> tuple:
         from confluent_kafka import KafkaError, KafkaException
 
@@ -126,11 +126,7 @@ class Writer:
                                 False, False, False))
             try:
                 p.begin_transaction()
-                for k, v, headers in records:
-                    try:
-                        p.produce(sink_topic, v, k, headers=headers)
-                    except BufferError:  # the local queue is full: wait for room
-                        sink.produce(p, sink_topic, k, v, headers)
+                sink.produce_all(p, sink_topic, records)
                 p.produce(ledger_topic, entry, key)
                 p.commit_transaction(COMMIT_TIMEOUT_S)
             except KafkaException as err:
