@@ -15,7 +15,7 @@ import pytest
 
 from antidote_api.names import ledger_topic
 from antidote_consumer.driver.ledger import load_state
-from antidote_consumer.worker.sink_txn import TRANSACTION_TIMEOUT_MS
+from antidote_consumer.worker.txn_writer import TRANSACTION_TIMEOUT_MS
 
 from antidote_testkit import consumers as cu
 from antidote_testkit.consumers import start

@@ -35,6 +35,15 @@ def daemon():
         proc.wait()
 
 
+def _partition(topic_factory, sink_config: dict | None = None) -> tuple[str, str, ExactlyOnce]:
+    """A sink topic, a ledger and partition src/0's exactly-once settings (fresh: the driver's
+    copy of its entry is current, as in a running consumer)."""
+    sink = topic_factory("-out", config=sink_config)
+    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
+    return sink, ledger, ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}",
+                                     fresh=frozenset({"src:0"}))
+
+
 def _task(eos: ExactlyOnce, bootstrap: str, sink: str, client: txn_writer.Client, position: int) -> PartitionSink:
     """A task of partition src/0 in one of the executor's Python workers."""
     part = PartitionSink.open(eos, {"topic": sink, "bootstrap.servers": bootstrap}, "src", 0, retried_task=False)
@@ -54,9 +63,7 @@ def _stats(client: txn_writer.Client) -> dict:
 
 def test_a_partition_moving_between_the_executors_workers_costs_no_fencing_and_each_output_is_written_once(
         kafka_bootstrap, topic_factory, daemon) -> None:
-    sink = topic_factory("-out")
-    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
-    eos = ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}", fresh=frozenset({"src:0"}))
+    sink, ledger, eos = _partition(topic_factory)
     name = txn_writer.writer_name(daemon.pid)
     one, two = txn_writer.Client(name, daemon.pid), txn_writer.Client(name, daemon.pid)  # two workers
     # Six batches, the partition's task alternating between the two workers.
@@ -73,9 +80,7 @@ def test_a_partition_moving_between_the_executors_workers_costs_no_fencing_and_e
 
 def test_two_tasks_of_one_partition_on_one_executor_cannot_both_commit_its_offsets(
         kafka_bootstrap, topic_factory, daemon) -> None:
-    sink = topic_factory("-out")
-    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
-    eos = ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}", fresh=frozenset({"src:0"}))
+    sink, ledger, eos = _partition(topic_factory)
     name = txn_writer.writer_name(daemon.pid)
     one, two = txn_writer.Client(name, daemon.pid), txn_writer.Client(name, daemon.pid)
     # A task that Spark gave up on, still running in one worker; its retry in the other.
@@ -101,9 +106,7 @@ def test_two_tasks_of_one_partition_on_one_executor_cannot_both_commit_its_offse
 
 def test_an_attempt_in_another_executor_fences_the_writer_through_the_broker(
         kafka_bootstrap, topic_factory, daemon) -> None:
-    sink = topic_factory("-out")
-    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
-    eos = ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}", fresh=frozenset({"src:0"}))
+    sink, ledger, eos = _partition(topic_factory)
     client = txn_writer.Client(txn_writer.writer_name(daemon.pid), daemon.pid)
     part = _task(eos, kafka_bootstrap, sink, client, 0)
     _outputs(part, 0, 100)
@@ -133,9 +136,7 @@ def test_a_chunk_sent_after_one_the_broker_refused_is_not_committed_either(
     """The task does not wait for a chunk's commit before it goes on and sends the next: if
     the first is refused, the second (whose entry passes over the first's offsets) must not be
     committed, or the first's outputs would be lost."""
-    sink = topic_factory("-out", config={"max.message.bytes": "2000"})
-    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
-    eos = ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}", fresh=frozenset({"src:0"}))
+    sink, ledger, eos = _partition(topic_factory, {"max.message.bytes": "2000"})
     client = txn_writer.Client(txn_writer.writer_name(daemon.pid), daemon.pid)
     part = _task(eos, kafka_bootstrap, sink, client, 0)
     _outputs(part, 0, 10)
@@ -156,9 +157,7 @@ def test_after_a_refused_chunk_the_partitions_next_task_commits(
     """A producer whose transaction was aborted for a refused record fails its next commit
     (OUT_OF_ORDER_SEQUENCE_NUMBER): it is made again, or every later task of the partition on
     that worker (or executor) would fail too."""
-    sink = topic_factory("-out", config={"max.message.bytes": "2000"})
-    ledger = topic_factory(".ledger", config={"cleanup.policy": "compact"})
-    eos = ExactlyOnce(ledger, f"antidote/tests/writer-{uuid.uuid4().hex[:6]}", fresh=frozenset({"src:0"}))
+    sink, ledger, eos = _partition(topic_factory, {"max.message.bytes": "2000"})
     client = txn_writer.Client(txn_writer.writer_name(daemon.pid), daemon.pid)
     tid = sink_transactional_id(eos.ledger_writer, "src", 0)
     try:

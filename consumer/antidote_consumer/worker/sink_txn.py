@@ -23,15 +23,12 @@ from antidote_api.names import sink_transactional_id
 from antidote_consumer.kafka.sink_entries import SinkEntry, entry_key, read_entry
 
 from . import sink, txn_writer
+from .txn_writer import COMMIT_TIMEOUT_S, init_producer  # one producer setup, the writer's
 
 # A chunk is written before the next message once this much waits, or its first output has
 # waited this long: the memory a task holds, and how late its outputs become visible.
 CHUNK_BYTES = 8 * 1024 * 1024
 CHUNK_AGE_S = 10.0
-# A chunk's transaction: writing it and committing. Far above what a chunk takes; the broker's
-# transaction.max.timeout.ms (15 minutes by default) allows it.
-TRANSACTION_TIMEOUT_MS = 60_000
-COMMIT_TIMEOUT_S = 60.0
 # How often a chunk's producer is made again when fenced (or left unusable) before the task
 # fails: a partition moved between Python workers fences once, and a second fence within
 # one commit was seen under load (steady_state.py's Avro runs: "_STATE, Erroneous state").
@@ -78,22 +75,7 @@ def producer(conf: dict, transactional_id: str):
     ends a fenced producer's transaction: retried until COMMIT_TIMEOUT_S."""
     p = _producers.get(transactional_id)
     if p is None:
-        from confluent_kafka import KafkaError, KafkaException, Producer
-
-        p = Producer({**conf, **sink.PRODUCER_CONF, "transactional.id": transactional_id,
-                      "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
-        deadline = time.monotonic() + COMMIT_TIMEOUT_S
-        while True:
-            try:
-                p.init_transactions(max(1.0, deadline - time.monotonic()))
-                break
-            except KafkaException as err:
-                # A transaction of a fenced or failed producer the coordinator still ends.
-                busy = err.args[0].retriable() or err.args[0].code() == KafkaError.CONCURRENT_TRANSACTIONS
-                if not busy or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        _producers[transactional_id] = p
+        p = _producers[transactional_id] = init_producer(conf, transactional_id)
     return p
 
 
@@ -175,7 +157,7 @@ class PartitionSink:
     first: float = 0.0  # when the oldest buffered output was made (monotonic)
     _id: str = ""
     _open: Any = None  # the producer; the writer's token (shared)
-    _shared: Any = None  # the executor's writer client; False: this process's producers
+    _shared: Any = False  # the executor's writer client (set by open() in a Spark task); False: this process's producers
     # Shared: the chunks sent to the writer and not yet committed, oldest first; how many of
     # the writer's replies are still to come; the first refusal, handled by _recover.
     inflight: list[Chunk] = field(default_factory=list)
@@ -209,8 +191,6 @@ class PartitionSink:
         """Takes the partition's id: this process's producer of it, or the executor writer's
         (with a token of this task's, which the writer's other tasks then fence)."""
         if self._open is None:
-            if self._shared is None:
-                self._shared = txn_writer.client() if in_spark_task() else False
             if self._shared:
                 token = uuid.uuid4().hex
                 self._shared.call("take", self._id, self.conf, token)
@@ -367,12 +347,7 @@ class PartitionSink:
             self.carried = found
 
     def _write(self, entry: SinkEntry) -> SinkEntry:
-        p = self._producer()
-        if self._shared:
-            self._shared.call("commit", self._id, p, self.sink_topic, self.buffer.lists(), self.eos.ledger_topic,
-                              entry_key(self.topic, self.partition).encode(),
-                              json.dumps(entry.to_json()).encode())
-            return entry
+        p = self._producer()  # this process's (commit() sends a shared chunk to the writer)
         p.begin_transaction()
         sink.produce_all(p, self.sink_topic, self.buffer.lists())
         p.produce(self.eos.ledger_topic, json.dumps(entry.to_json()).encode(),
@@ -409,23 +384,23 @@ def finish(sinks: dict[tuple[str, int], PartitionSink], ends: dict[tuple[str, in
         part.done()
 
 
-def in_spark_task() -> bool:
-    """Whether this runs a Spark task (a Python worker of an executor): its producers are the
-    executor's writer's."""
+def _task_context():
+    """The running Spark task's context; None outside one (the local worker: no Spark)."""
     try:
         from pyspark import TaskContext
     except ImportError:
-        return False
-    return TaskContext.get() is not None
+        return None
+    return TaskContext.get()
+
+
+def in_spark_task() -> bool:
+    """Whether this runs a Spark task (a Python worker of an executor): its producers are the
+    executor's writer's."""
+    return _task_context() is not None
 
 
 def retried_task() -> bool:
     """Whether this task is Spark's retry of one that failed (which may have committed part of
     its partition's outputs before it died): it reads its entry from the ledger."""
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-    except ImportError:  # the local worker: no Spark
-        return False
+    ctx = _task_context()
     return ctx is not None and ctx.attemptNumber() > 0  # (no shuffle: no stage is retried)

@@ -43,7 +43,9 @@ from typing import Any
 
 from . import sink
 
-# A chunk's transaction (as sink_txn: its producer's settings; far above what a chunk takes).
+# A chunk's transaction: writing it and committing, far above what a chunk takes (the
+# broker's transaction.max.timeout.ms, 15 minutes by default, allows it). For the writer's
+# producers and those a process keeps itself (sink_txn) alike.
 TRANSACTION_TIMEOUT_MS = 60_000
 COMMIT_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 30.0  # a new writer answers within this, or the task fails
@@ -106,7 +108,7 @@ class Writer:
     def take(self, tid: str, conf: dict, token: str) -> tuple:
         with self.lock(tid):
             if tid not in self.producers:
-                self.producers[tid] = _init(conf, tid)  # fences the id's holders elsewhere
+                self.producers[tid] = init_producer(conf, tid)  # fences the id's holders elsewhere
                 self.inits += 1
             self.owners[tid] = token
         return ("ok",)
@@ -170,7 +172,7 @@ class Writer:
                     return  # the task is gone (killed while its chunk was committed)
 
 
-def _init(conf: dict, tid: str):
+def init_producer(conf: dict, tid: str):
     """A producer of `tid`, initialized (which fences its earlier holders). The broker answers
     CONCURRENT_TRANSACTIONS while it still ends a fenced producer's transaction: retried."""
     from confluent_kafka import KafkaError, KafkaException, Producer
@@ -183,6 +185,7 @@ def _init(conf: dict, tid: str):
             p.init_transactions(max(1.0, deadline - time.monotonic()))
             return p
         except KafkaException as err:
+            # A transaction of a fenced or failed producer the coordinator still ends.
             busy = err.args[0].retriable() or err.args[0].code() == KafkaError.CONCURRENT_TRANSACTIONS
             if not busy or time.monotonic() > deadline:
                 raise
