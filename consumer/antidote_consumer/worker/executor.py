@@ -238,7 +238,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 if part.carried is not None and part.covers(offset):
                     n_ok += 1  # its output is committed: a replay does not run it again
                     continue
-                if writes and part.buffer and part.due():
+                if writes and part.due():
                     part.commit(offset)
             user = (raw if pairs else [(x["key"], x["value"]) for x in raw]) if raw else ()
             if topic == source:
