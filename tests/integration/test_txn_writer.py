@@ -209,10 +209,32 @@ PLAIN_PYTHON = "/usr/bin/python3"  # the stdlib is all the probe needs; /root's 
 def test_another_users_process_is_not_answered(daemon) -> None:
     name = txn_writer.writer_name(daemon.pid)
     assert _stats(txn_writer.Client(name, daemon.pid))["inits"] == 0
-    probe = (f"import socket, struct, pickle\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0{name}')\n"
-             "d = pickle.dumps(('stats',))\ns.sendall(struct.pack('!Q', len(d)) + d)\n"
+    probe = (f"import socket, struct, marshal\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0{name}')\n"
+             "d = marshal.dumps(('stats',))\ns.sendall(struct.pack('!Q', len(d)) + d)\n"
              "try:\n    print(repr(s.recv(100)))\nexcept ConnectionResetError:\n    print(repr(b''))\n")
     out = subprocess.run([PLAIN_PYTHON, "-c", probe], capture_output=True, text=True, timeout=60,
                          user=65534, group=65534)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "b''"  # closed (or reset) without an answer
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(PLAIN_PYTHON),
+                    reason="another user's process needs root to make, and a python it may run")
+def test_a_writer_name_held_by_another_users_process_is_refused_not_used(daemon) -> None:
+    """An abstract socket name has no owner: another user's process on the executor's network
+    namespace could take the writer's name first. A worker sends it nothing (its outputs) and
+    reads nothing from it; the task fails naming the socket."""
+    name = txn_writer.writer_name(daemon.pid)
+    squatter = subprocess.Popen(
+        [PLAIN_PYTHON, "-c", f"import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0{name}')\n"
+                             "s.listen(8)\nprint('bound', flush=True)\nc, _ = s.accept()\n"
+                             "print(repr(c.recv(100)), flush=True)\n"],
+        stdout=subprocess.PIPE, text=True, user=65534, group=65534)
+    try:
+        assert squatter.stdout.readline().strip() == "bound"
+        with pytest.raises(PermissionError, match="held by another user's process"):
+            txn_writer.Client(name, daemon.pid).call("stats")
+        assert squatter.stdout.readline().strip() == "b''"  # connected, then closed: nothing sent
+    finally:
+        squatter.kill()
+        squatter.wait()
