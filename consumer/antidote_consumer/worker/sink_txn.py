@@ -114,7 +114,7 @@ class Chunk:
 
 @dataclass
 class Records:
-    """Outputs waiting for their chunk, as three lists rather than a tuple each: pickled for
+    """Outputs waiting for their chunk, as three lists rather than a tuple each: serialized for
     the executor's writer (and read back there) in about half the time, measured, and
     produced with no `headers=None` argument when none has headers (which librdkafka's
     Python binding parses at a cost per call)."""
