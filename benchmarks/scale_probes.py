@@ -126,7 +126,10 @@ def jvm_pid() -> int:
 
 
 def python_workers(jvm: int) -> list[int]:
-    """The executors' Python worker processes (pyspark.daemon and its forked workers)."""
+    """The executors' Python worker processes (pyspark.daemon and its forked workers), and
+    their transactional writer (worker.txn_writer: one per daemon, which holds the
+    exactly-once sink's producers; found by the daemon's pid it is started with, since it
+    leaves the workers' session)."""
     out = []
     for pid in descendants(jvm):
         try:
@@ -134,6 +137,15 @@ def python_workers(jvm: int) -> list[int]:
                 out.append(pid)
         except OSError:
             continue
+    daemons = {str(pid).encode() for pid in out}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"antidote_consumer.worker.txn_writer" in argv and argv[-2] in daemons:
+                out.append(int(entry.name))
     return out
 
 
