@@ -102,29 +102,6 @@ def worker(kind: str, bootstrap: str, sink_topic: str, ledger: str, writer_id: s
     print(json.dumps({"cpu": cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, "wall": wall}))
 
 
-def committed(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sink-cost-{uuid.uuid4().hex}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    try:
-        parts = c.list_topics(topic, timeout=30).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in parts}
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        seen, done = 0, set()
-        deadline = time.monotonic() + 120
-        while len(done) < len(parts) and time.monotonic() < deadline:
-            for m in c.consume(10000, 1.0):
-                if m.error() is None:
-                    seen += 1
-            for p in parts:  # read_committed stops at the last stable offset: every record is in
-                if c.position([TopicPartition(topic, p)])[0].offset >= ends[p]:
-                    done.add(p)
-        return seen
-    finally:
-        c.close()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--outputs", type=int, default=400_000)
@@ -141,6 +118,7 @@ def main() -> int:
 
     from confluent_kafka.admin import AdminClient
 
+    from antidote_testkit import kafka_io
     from benchmarks import bench_stack
     from benchmarks.consumer_throughput import log, make_topic
 
@@ -172,7 +150,7 @@ def main() -> int:
             writers = _pids("antidote_consumer.worker.txn_writer", f"-{os.getpid()}-")
             broker = sum(_ticks(p) - before.get(p, 0) for p in brokers) / hz
             writer = sum(_ticks(p) - before.get(p, 0) for p in writers) / hz
-            got = committed(bootstrap, topic)
+            got = len(kafka_io.read_all(bootstrap, topic, timeout=120))  # read_committed: librdkafka's default
             if got != n:
                 raise SystemExit(f"{kind}: a read_committed reader got {got:,} records of {n:,}")
             for part, cpu in (("worker", mine["cpu"]), ("writer", writer), ("broker", broker)):
