@@ -125,11 +125,34 @@ def jvm_pid() -> int:
     raise RuntimeError("no Spark JVM under this process")
 
 
+def _argvs():
+    """(pid, argv) of every process now running."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+
+
+def processes_with(*marks: str) -> list[int]:
+    """Processes whose command line holds every one of `marks`."""
+    wanted = [m.encode() for m in marks]
+    return [pid for pid, argv in _argvs() if all(m in b" ".join(argv) for m in wanted)]
+
+
+def txn_writers(daemons: list[int]) -> list[int]:
+    """The executors' transactional writers (worker.txn_writer) started for these Python
+    daemons: found by the daemon's pid they are started with, since they leave the workers'
+    session (and may outlive the worker that started them)."""
+    pids = {str(pid).encode() for pid in daemons}
+    return [pid for pid, argv in _argvs()
+            if b"antidote_consumer.worker.txn_writer" in argv and argv[-2] in pids]
+
+
 def python_workers(jvm: int) -> list[int]:
     """The executors' Python worker processes (pyspark.daemon and its forked workers), and
-    their transactional writer (worker.txn_writer: one per daemon, which holds the
-    exactly-once sink's producers; found by the daemon's pid it is started with, since it
-    leaves the workers' session)."""
+    their transactional writer (which holds the exactly-once sink's producers)."""
     out = []
     for pid in descendants(jvm):
         try:
@@ -137,16 +160,7 @@ def python_workers(jvm: int) -> list[int]:
                 out.append(pid)
         except OSError:
             continue
-    daemons = {str(pid).encode() for pid in out}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"antidote_consumer.worker.txn_writer" in argv and argv[-2] in daemons:
-                out.append(int(entry.name))
-    return out
+    return out + txn_writers(out)
 
 
 class WorkerSampler:

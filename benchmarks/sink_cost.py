@@ -41,26 +41,6 @@ sys.path.insert(0, str(REPO))
 KINDS = ("alo", "eos", "own")
 
 
-def _ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
-def _pids(*marks: str) -> list[int]:
-    """Processes whose command line holds every one of `marks`."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if all(m in cmd for m in marks):
-                found.append(int(entry.name))
-    return found
-
-
 def _orders(n: int) -> tuple[list[bytes], list[bytes]]:
     keys = [b"customer-%d" % (i % 5000) for i in range(n)]
     values = [json.dumps({"order": i, "customer": i % 5000, "item": "widget-%d" % (i % 97), "quantity": 1 + i % 9,
@@ -118,17 +98,17 @@ def main() -> int:
 
     from confluent_kafka.admin import AdminClient
 
+    from antidote_devstack.paths import code_path
     from antidote_testkit import kafka_io
     from benchmarks import bench_stack
+    from benchmarks.scale_probes import cpu_seconds, processes_with, txn_writers
     from benchmarks.consumer_throughput import log, make_topic
 
     st, own_dir = bench_stack.up()
-    brokers = _pids("kafka.Kafka", st.dir)
-    hz = os.sysconf("SC_CLK_TCK")
+    brokers = processes_with("kafka.Kafka", st.dir)
     run_id = uuid.uuid4().hex[:6]
     writer_id = f"antidote/bench/sink-cost-{run_id}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / d) for d in ("api", "consumer", "cli", "dev")]
-                                                     + [str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": code_path()}
     per_output: dict[str, list[float]] = {k: [] for k in KINDS}
     split: dict[str, dict[str, list[float]]] = {k: {"worker": [], "writer": [], "broker": []} for k in KINDS}
     try:
@@ -138,8 +118,8 @@ def main() -> int:
 
         def run(kind: str, n: int, tag: str) -> float:
             topic = make_topic(admin, f"bench-sink-{run_id}-{tag}-{kind}", 1)
-            writers = _pids("antidote_consumer.worker.txn_writer", f"-{os.getpid()}-")
-            before = {p: _ticks(p) for p in brokers + writers}
+            writers = txn_writers([os.getpid()])  # this process is the workers' "daemon"
+            before = {p: cpu_seconds(p) for p in brokers + writers}
             out = subprocess.run([sys.executable, __file__, "--worker", kind, bootstrap, topic, ledger,
                                   f"{writer_id}-{kind}", str(n), str(args.eos_chunk_bytes)],
                                  # Not a pipe for stderr: the writer process it starts inherits
@@ -147,9 +127,9 @@ def main() -> int:
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                  check=True)
             mine = json.loads(out.stdout.strip().splitlines()[-1])
-            writers = _pids("antidote_consumer.worker.txn_writer", f"-{os.getpid()}-")
-            broker = sum(_ticks(p) - before.get(p, 0) for p in brokers) / hz
-            writer = sum(_ticks(p) - before.get(p, 0) for p in writers) / hz
+            writers = txn_writers([os.getpid()])
+            broker = sum(cpu_seconds(p) - before.get(p, 0) for p in brokers)
+            writer = sum(cpu_seconds(p) - before.get(p, 0) for p in writers)
             got = len(kafka_io.read_all(bootstrap, topic, timeout=120))  # read_committed: librdkafka's default
             if got != n:
                 raise SystemExit(f"{kind}: a read_committed reader got {got:,} records of {n:,}")
@@ -166,7 +146,7 @@ def main() -> int:
                 per_output[kind].append(run(kind, args.outputs, f"r{r}"))
             log(f"round {r + 1}: " + "  ".join(f"{k} {per_output[k][-1]:.2f}" for k in KINDS) + " us/output")
     finally:
-        for pid in _pids("antidote_consumer.worker.txn_writer", f"-{os.getpid()}-"):
+        for pid in txn_writers([os.getpid()]):
             os.kill(pid, 9)
         bench_stack.down(own_dir)
 

@@ -202,10 +202,11 @@ def test_the_writer_exits_with_its_executor(kafka_bootstrap, daemon) -> None:
 
 
 PLAIN_PYTHON = "/usr/bin/python3"  # the stdlib is all the probe needs; /root's venv is root's
+another_user = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(PLAIN_PYTHON),
+                                  reason="another user's process needs root to make, and a python it may run")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(PLAIN_PYTHON),
-                    reason="another user's process needs root to make, and a python it may run")
+@another_user
 def test_another_users_process_is_not_answered(daemon) -> None:
     name = txn_writer.writer_name(daemon.pid)
     assert _stats(txn_writer.Client(name, daemon.pid))["inits"] == 0
@@ -218,15 +219,14 @@ def test_another_users_process_is_not_answered(daemon) -> None:
     assert out.stdout.strip() == "b''"  # closed (or reset) without an answer
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(PLAIN_PYTHON),
-                    reason="another user's process needs root to make, and a python it may run")
+@another_user
 def test_a_writer_name_held_by_another_users_process_is_refused_not_used(daemon) -> None:
     """An abstract socket name has no owner: another user's process on the executor's network
     namespace could take the writer's name first. A worker sends it nothing (its outputs) and
     reads nothing from it; the task fails naming the socket."""
     name = txn_writer.writer_name(daemon.pid)
     squatter = subprocess.Popen(
-        [PLAIN_PYTHON, "-c", f"import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0{name}')\n"
+        [PLAIN_PYTHON, "-c", f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0{name}')\n"
                              "s.listen(8)\nprint('bound', flush=True)\nc, _ = s.accept()\n"
                              "print(repr(c.recv(100)), flush=True)\n"],
         stdout=subprocess.PIPE, text=True, user=65534, group=65534)

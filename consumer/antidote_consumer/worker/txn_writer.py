@@ -187,7 +187,7 @@ def init_producer(conf: dict, tid: str):
     from confluent_kafka import KafkaError, KafkaException, Producer
 
     # No delivery report for a record delivered: nothing reads them (a record that fails
-    # fails its transaction's commit), and serving one per output cost the writer CPU.
+    # fails its transaction's commit), so none is queued and served per output.
     p = Producer({**conf, **sink.PRODUCER_CONF, "transactional.id": tid,
                   "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "delivery.report.only.error": True})
     deadline = time.monotonic() + COMMIT_TIMEOUT_S
