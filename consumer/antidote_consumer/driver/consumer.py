@@ -20,7 +20,7 @@ from antidote_api.wire import ExitCode
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.topics import (depth, end_offsets, ensure_topics, max_message_bytes,
                                             partition_lags, reachable)
-from antidote_consumer.spark import ARROW_ROWS_CONF, ArrowRows, arrow_batching, checkpoint_files
+from antidote_consumer.spark import ARROW_ROWS_CONF, KAFKA_READ_OPTIONS, ArrowRows, arrow_batching, checkpoint_files
 from antidote_consumer.worker import collector
 
 from .batches import Runtime
@@ -156,6 +156,7 @@ class Consumer:
         clear_torn_first_write(self.spark, self.s.checkpoint.location)
         reader = (self.spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", src.bootstrap_servers)
+                  .options(**KAFKA_READ_OPTIONS)
                   .options(**kafka_auth.source_spark_options(self.s))
                   .option("subscribe", src.topic)
                   # Committed records only: those of an aborted transaction (a producer's, or a

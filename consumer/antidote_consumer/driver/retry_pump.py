@@ -23,6 +23,7 @@ from antidote_api.spark_conf import tunable
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.kafka.headers import consumer_of, due_of
 from antidote_consumer.kafka.retry import LEADER_MOVED, retrying
+from antidote_consumer.spark import KAFKA_READ_OPTIONS
 from antidote_consumer.worker.executor import INPUT_COLUMNS, INPUT_SCHEMA
 
 from .batches import Runtime
@@ -314,6 +315,7 @@ class RetryPump:
         src = self.s.source
         df = (self.spark.read.format("kafka")
               .option("kafka.bootstrap.servers", src.bootstrap_servers)
+              .options(**KAFKA_READ_OPTIONS)
               .options(**kafka_auth.source_spark_options(self.s))
               .options(**spark_offsets(planned.ranges))
               .option("kafka.isolation.level", "read_committed")

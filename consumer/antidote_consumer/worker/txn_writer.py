@@ -115,10 +115,10 @@ class Writer:
         with self.guard:
             return self.locks.setdefault(tid, threading.Lock())
 
-    def take(self, tid: str, conf: dict, token: str) -> tuple:
+    def take(self, tid: str, conf: dict, token: str, topic: str) -> tuple:
         with self.lock(tid):
             if tid not in self.producers:
-                self.producers[tid] = init_producer(conf, tid)  # fences the id's holders elsewhere
+                self.producers[tid] = init_producer(conf, tid, topic)  # fences the id's holders elsewhere
                 self.inits += 1
             self.owners[tid] = token
         return ("ok",)
@@ -181,9 +181,10 @@ class Writer:
                     return  # the task is gone (killed while its chunk was committed)
 
 
-def init_producer(conf: dict, tid: str):
-    """A producer of `tid`, initialized (which fences its earlier holders). The broker answers
-    CONCURRENT_TRANSACTIONS while it still ends a fenced producer's transaction: retried."""
+def init_producer(conf: dict, tid: str, topic: str):
+    """A producer of `tid`, initialized (which fences its earlier holders), that writes to
+    `topic`. The broker answers CONCURRENT_TRANSACTIONS while it still ends a fenced
+    producer's transaction: retried."""
     from confluent_kafka import KafkaError, KafkaException, Producer
 
     # No delivery report for a record delivered: nothing reads them (a record that fails
@@ -191,6 +192,12 @@ def init_producer(conf: dict, tid: str):
     p = Producer({**conf, **sink.PRODUCER_CONF, "transactional.id": tid,
                   "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "delivery.report.only.error": True})
     deadline = time.monotonic() + COMMIT_TIMEOUT_S
+    # A broker connection first (the topic's metadata, which its first record needs anyway):
+    # librdkafka asks for the producer id only of a broker already up, and with none up yet
+    # asks again half a second later. Measured in a new driver's first batch (64 partitions,
+    # partition_scale.py): 71 of 128 inits took 0.50 s that way, median 0.505 s; connected
+    # first, median 0.059 s, at most 0.12.
+    p.list_topics(topic, timeout=COMMIT_TIMEOUT_S)
     while True:
         try:
             p.init_transactions(max(1.0, deadline - time.monotonic()))
