@@ -152,6 +152,13 @@ TUNABLES: tuple[Tunable, ...] = (
             "a second whatever its size; 0 sends every cycle to the executors. A retry batch holds "
             "at most `maxMessagesPerBatch` offsets, so with that below this limit every "
             "cycle runs locally."),
+    Tunable("spark.antidote.tasksPerCore", 4,
+            "At most this many tasks per executor core (Spark's defaultParallelism) in a batch's "
+            "Spark job: a source topic with more partitions than that has several of them read "
+            "one after the other by one task (a coalesce, no shuffle). Each task costs its slot "
+            "a fixed time (scheduling, the Python worker's round trip), so with one task per "
+            "partition a batch of 512 partitions took 15.7 s on 2 cores however few messages it "
+            "had (docs/scaling.md). 0: one task per partition, Spark's own."),
 )
 _TUNABLE = {t.key: t for t in TUNABLES}
 

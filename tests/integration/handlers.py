@@ -192,6 +192,34 @@ def gated_flaky_upper(msg):
     return flaky_upper(msg)
 
 
+_BEGUN: dict[int, list[int]] = {}  # Spark task (attempt id) -> partitions it began, from the gate's offset
+
+
+def task_gated_flaky_upper(msg):
+    """`flaky_upper` at `slow_upper`'s pace, recording which Spark task ran each message (a
+    line "<partition> <offset> <task attempt id>" in $ANTIDOTE_TEST_CALLS_DIR/<topic>.tasks).
+    From offset $ANTIDOTE_TEST_GATE_FROM on, a task's first message of the second partition
+    it reads waits while the file <topic>.gate exists (a line in <topic>.gated says so): each
+    task of a coalesced batch held right after it moved on from one partition."""
+    from pyspark import TaskContext
+
+    folder, ctx = os.environ.get("ANTIDOTE_TEST_CALLS_DIR"), TaskContext.get()
+    if folder and ctx is not None:
+        task = ctx.taskAttemptId()
+        with open(os.path.join(folder, f"{msg.topic}.tasks"), "a") as f:
+            f.write(f"{msg.partition} {msg.offset} {task}\n")
+        begun = _BEGUN.setdefault(task, [])
+        if msg.offset >= int(os.environ.get("ANTIDOTE_TEST_GATE_FROM", "-1")) >= 0 and msg.partition not in begun:
+            begun.append(msg.partition)
+            if len(begun) == 2:  # it moved on from its first partition
+                with open(os.path.join(folder, f"{msg.topic}.gated"), "a") as f:
+                    f.write(f"{msg.partition} {msg.offset} {task}\n")
+                while os.path.exists(os.path.join(folder, f"{msg.topic}.gate")):
+                    time.sleep(0.01)
+    time.sleep(float(os.environ.get("ANTIDOTE_TEST_DELAY", "0.01")))
+    return flaky_upper(msg)
+
+
 def hang_then_fail(msg):
     """A downstream that lets calls time out: every call waits 4 s and then fails with
     TimeoutError, until the file $ANTIDOTE_TEST_CALLS_DIR/<topic>.fixed exists (the cause

@@ -77,3 +77,69 @@ def test_sigkill_between_the_tasks_commits_and_the_drivers_then_a_lost_checkpoin
     flaky = sum(1 for r in src.values() if b"flaky-1" in r.value)
     assert state.counts == {"processed": n - len(poison), "retried": flaky + 2 * len(poison),
                             "moved": len(poison), "rejected": 0, "dropped": 0}
+
+
+
+def test_a_task_of_several_partitions_commits_each_as_it_moves_on_and_a_sigkill_then_a_lost_checkpoint_writes_each_output_once(
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """spark.antidote.tasksPerCore 1 on local[2]: 6 source partitions, read by 2 tasks of 3 a
+    batch. A task commits each partition it moves on from before it ends: both tasks are
+    held at their second partition of the third batch, and the first one's outputs are
+    committed (its entry ahead of the driver's position) while the other partitions' are not.
+    Killed there, with poison and flaky messages in retry cycles, and the checkpoint lost: a
+    new run writes every output once."""
+    parts, per, batch = 6, 30, 10  # batches of 10 messages a partition
+    source, sink = topic_factory(partitions=parts), topic_factory("-out")
+    for p in range(parts):
+        produce(kafka_bootstrap, source, [(b"k%d" % i, value(i, -1), None)
+                                          for i in range(p * per, (p + 1) * per)], partition=p)
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=POLICY, name="eos-tasks")
+    args = cu.write_manifests(tmp_path, name="eos-tasks", namespace="tests", bootstrap=kafka_bootstrap,
+                              source=source, handler="tests.integration.handlers:task_gated_flaky_upper",
+                              policy=POLICY, sink=sink, max_batch=parts * batch,
+                              extra={"spark": {"conf": {"spark.antidote.tasksPerCore": "1"}}})
+    log = tmp_path / "consumer.log"
+    src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
+    held = calls_dir / f"{source}.gate"
+    held.touch()
+    ledger = ledger_topic(source, s.namespace, s.consumer)
+
+    def lines(suffix: str) -> list[tuple[int, int, str]]:
+        path = calls_dir / f"{source}{suffix}"
+        return [(int(p), int(o), t) for p, o, t in (x.split() for x in path.read_text().splitlines())] \
+            if path.exists() else []
+
+    proc = start(stack, calls_dir, log, args, ANTIDOTE_TEST_DELAY="0.01", ANTIDOTE_TEST_GATE_FROM=str(2 * batch))
+    first: dict[str, set[int]] = {}  # gated task -> the partitions it read before (one)
+
+    def both_held_after_one_partition() -> bool:
+        gated = lines(".gated")
+        if len(gated) < 2 or not read_all(kafka_bootstrap, s.topics.retry[0], missing_ok=True):
+            return False
+        for p, _, task in gated:
+            first[task] = {q for q, o, t in lines(".tasks") if t == task and o >= 2 * batch and q != p}
+        state = load_state(kafka_bootstrap, ledger)
+        ahead = {int(k.rsplit(":", 1)[1]) for k, e in state.sink.items()
+                 if k.startswith(f"{source}:") and e.next > state.positions.get(k, 0)}
+        return ahead == set().union(*first.values())
+    wait_until(both_held_after_one_partition, 180, proc, log, "both tasks held, their first partitions committed")
+    kill9(proc)
+    held.unlink()
+    assert sorted(map(len, first.values())) == [1, 1] and len(set().union(*first.values())) == 2, first
+    abort_open_transaction(kafka_bootstrap, s)
+    committed_before = Counter(r.value for r in read_all(kafka_bootstrap, sink))
+    assert committed_before and max(committed_before.values()) == 1
+    shutil.rmtree(tmp_path / "ckpt")  # the checkpoint is lost: the ledger alone says where to start
+
+    proc = start(stack, calls_dir, log, [*args, "--until-idle"])
+    assert exited(proc, 300) == 0, log.read_text()[-3000:]
+
+    poison = {w for w, r in src.items() if r.value.startswith(b"poison")}
+    assert set(cu.quarantined(kafka_bootstrap, s.topics.poison)) == poison  # fails on a duplicate
+    outputs = Counter(r.value for r in read_all(kafka_bootstrap, sink))
+    expected = Counter(r.value.upper() for w, r in src.items() if w not in poison)
+    assert outputs == expected, {v: c for v, c in outputs.items() if c != 1}
+    state = load_state(kafka_bootstrap, ledger)
+    flaky = sum(1 for r in src.values() if b"flaky-1" in r.value)
+    assert state.counts == {"processed": len(src) - len(poison), "retried": flaky + 2 * len(poison),
+                            "moved": len(poison), "rejected": 0, "dropped": 0}

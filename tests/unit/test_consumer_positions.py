@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
+
+import pytest
 
 from antidote_consumer.driver.ledger import BATCH, LedgerState
 from antidote_consumer.driver.consumer import starting_offsets
@@ -75,11 +78,39 @@ def test_the_handler_udf_is_made_again_only_when_the_worker_config_changes(monke
     cfg = WorkerConfig(handler="m:f", source_topic="t", immediate=0, cycles=0,
                        non_retryable=frozenset(), validation=None, sink_kafka={"topic": "o"},
                        emit_outputs=False)
-    m, before = HandlerMap(), _Udf.made
+    m, before = HandlerMap({"spark.antidote.tasksPerCore": "0"}), _Udf.made
     first = m("df1", cfg)[1]
     assert m("df2", dataclasses.replace(cfg))[1] is first  # equal: the same UDF
     assert m("df3", dataclasses.replace(cfg, due_by=5))[1] is not first
     assert _Udf.made - before == 2
+
+
+class _Frame:
+    """A DataFrame's coalesce, and the parallelism its session reports."""
+
+    def __init__(self, cores: int) -> None:
+        self.sparkSession = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
+        self.coalesced: int | None = None
+
+    def coalesce(self, n: int) -> "_Frame":
+        self.coalesced = n
+        return self
+
+
+@pytest.mark.parametrize(("conf", "cores", "tasks"), [
+    (None, 2, 8),  # the default: 4 tasks per core
+    ({"spark.antidote.tasksPerCore": "1"}, 40, 40),
+    ({"spark.antidote.tasksPerCore": "0"}, 2, None),  # one task per partition: Spark's own
+])
+def test_a_batch_runs_at_most_tasks_per_core_times_the_cores_tasks(monkeypatch, conf, cores, tasks) -> None:
+    from antidote_consumer.driver import frames
+
+    monkeypatch.setattr(frames, "_handler_udf", lambda cfg: _Udf(cfg))
+    monkeypatch.setattr(frames, "_map_in_arrow", lambda df, udf: df)
+    cfg = WorkerConfig(handler="m:f", source_topic="t", immediate=0, cycles=0,
+                       non_retryable=frozenset(), validation=None, sink_kafka={"topic": "o"},
+                       emit_outputs=False)
+    assert HandlerMap(conf)(_Frame(cores), cfg).coalesced == tasks
 
 
 def test_the_ends_are_the_last_offset_read_per_topic_and_partition() -> None:

@@ -8,6 +8,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from antidote_api.spark_conf import tunable
 from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.executor import (INPUT_COLUMNS, RESULT_FIELDS, RESULT_SCHEMA, ResultRow,
@@ -26,10 +27,16 @@ class HandlerMap:
     The UDF's column names its inputs (INPUT_COLUMNS), so it fits any batch's frame; the rest
     is what DataFrame.mapInArrow does with the UDF (pyspark 4.2), with the same arguments."""
 
-    def __init__(self):
+    def __init__(self, spark_conf: dict[str, str] | None = None):
         self._cached: tuple | None = None  # (cfg, the UDF's column)
+        self.tasks_per_core = tunable(spark_conf, "spark.antidote.tasksPerCore")
 
     def __call__(self, df, cfg: WorkerConfig):
+        if self.tasks_per_core:
+            # Several partitions a task past this many tasks (spark_conf.TUNABLES): a task's
+            # fixed cost is paid per task, not per partition. Read at each batch: executors
+            # that register late (Kubernetes) raise it.
+            df = df.coalesce(self.tasks_per_core * df.sparkSession.sparkContext.defaultParallelism)
         if self._cached is None or self._cached[0] != cfg:
             self._cached = (cfg, _handler_udf(cfg))
         return _map_in_arrow(df, self._cached[1])

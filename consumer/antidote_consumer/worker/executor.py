@@ -25,7 +25,7 @@ from .handler import encode_output, load_handler
 from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
-from .sink_txn import ExactlyOnce, PartitionSink, finish, retried_task
+from .sink_txn import ExactlyOnce, PartitionSink, finish, moved_to, retried_task
 from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
@@ -198,7 +198,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     # a row is added): never more rows than Spark's own batches hold (maxRecordsPerBatch,
     # which the consumer sets from the records seen: spark.ArrowRows), the same memory bound.
     out: list[tuple] = []  # result rows, RESULT_FIELDS order (see _emit)
-    cap = 1
+    cap, read_at = 1, -1  # read_at: the offset of `part` last read
     # The hot loop: a success costs one Message, one handler call and one produce; everything a
     # failure needs (origin, headers parsing, error details) is built only on failure.
     for batch in batches:
@@ -231,10 +231,9 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 continue  # already in the poison topic, and counted, by `antidote skip`
             if eos is not None:
                 if part is None or partition != part.partition or topic != part.topic:
-                    part = sinks.get((topic, partition))
-                    if part is None:
-                        part = sinks[(topic, partition)] = PartitionSink.open(
-                            eos, cfg.sink_kafka or {}, topic, partition, retried)
+                    part = moved_to(sinks, part, read_at + 1 if writes else None, eos, cfg.sink_kafka or {},
+                                    topic, partition, retried)
+                read_at = offset  # every offset of `part` below it is done with
                 if part.carried is not None and part.covers(offset):
                     n_ok += 1  # its output is committed: a replay does not run it again
                     continue

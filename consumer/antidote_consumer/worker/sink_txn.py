@@ -389,6 +389,27 @@ class PartitionSink:
                             f"{err.args[0]}")
 
 
+def moved_to(sinks: dict[tuple[str, int], PartitionSink], part: PartitionSink | None, done_below: int | None,
+             eos: ExactlyOnce, sink_kafka: dict, topic: str, partition: int, retried: bool) -> PartitionSink:
+    """The task's records move on to `topic`/`partition` from `part`'s (None: the first). A
+    task of several partitions (coalesced: spark.antidote.tasksPerCore) reads each one's
+    records in one run, so `part` is done with below `done_below` (None: its outputs are not
+    written by the task): its buffered chunk is committed now rather than at the task's end,
+    and the chunks of the partitions before it are waited for, so a task holds the outputs
+    of two partitions at most, however many it reads. Correct for any order of records: a
+    partition read again later commits from there."""
+    if done_below is not None and part is not None:
+        for other in sinks.values():
+            if other is not part:
+                other.done()
+        if part.buffer:
+            part.commit(done_below)
+    found = sinks.get((topic, partition))
+    if found is None:
+        found = sinks[(topic, partition)] = PartitionSink.open(eos, sink_kafka, topic, partition, retried)
+    return found
+
+
 def finish(sinks: dict[tuple[str, int], PartitionSink], ends: dict[tuple[str, int], int], writes: bool) -> None:
     """A task's end: the rest of each partition's outputs and its entry, committed. With the
     executor's writer, every partition's last chunk is sent before any is waited for."""
