@@ -7,7 +7,7 @@ round-robin so that every source batch (maxMessagesPerBatch --batch, the same at
 holds --batch / partitions messages of each partition; --poison messages in it are spread
 over partitions and batches, so retry cycles run and quarantine happens. One Antidote consumer
 (exactly-once Kafka sink, the default; the trivial JSON handler; Spark local[2]) runs it to
-idle. Measured:
+idle (--tasks-per-core: its spark.antidote.tasksPerCore, 0 for one task per partition). Measured:
 - per source batch (the first --skip batches left out: start-up, first fencing): wall time,
   CPU of the driver's Python process and of the JVM (local mode: the driver's scheduler and
   the executors' JVM side), split into the Spark job, the settle (its outcomes and the ledger
@@ -192,7 +192,8 @@ def one_size(args, spark_factory, bootstrap: str, admin, workdir: Path, n: int) 
     poison = fill(bootstrap, src, n, args.batch, total, args.poison, 0)
     s = settings(bootstrap, src, sink, args.batch, workdir, POLICY)
     s = s.model_copy(update={"spark": s.spark.model_copy(update={"conf": {
-        **(s.spark.conf or {}), "spark.sql.streaming.numRecentProgressUpdates": "1000"}})})
+        **(s.spark.conf or {}), "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        **({} if args.tasks_per_core is None else {"spark.antidote.tasksPerCore": str(args.tasks_per_core)})}})})
     names = ledger_names(s)
     out: dict = {"partitions": n, "poison": poison, "topics": [src, sink], "load_start": probes.load()}
     spark = spark_factory(s)
@@ -307,6 +308,8 @@ def main() -> int:
     ap.add_argument("--skip", type=int, default=2, help="first batches left out (start-up)")
     ap.add_argument("--poison", type=int, default=8, help="poison messages per size")
     ap.add_argument("--restarts", type=int, default=3, help="new drivers per size")
+    ap.add_argument("--tasks-per-core", type=int, default=None,
+                    help="spark.antidote.tasksPerCore (default: the consumer's; 0: a task per partition)")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the run's topics")
     ap.add_argument("--json", type=Path, help="also write every figure here")
     ap.add_argument("--table-from", type=Path, help="print the table of an earlier run's --json, run nothing")
@@ -365,7 +368,8 @@ def main() -> int:
     finally:
         bench_stack.down(own_dir)
     print(f"\npartition scale: one consumer, exactly-once Kafka sink, Spark local[2], one broker, "
-          f"{args.poison} poison messages per size\n")
+          f"{args.poison} poison messages per size, spark.antidote.tasksPerCore "
+          f"{'the default' if args.tasks_per_core is None else args.tasks_per_core}\n")
     if results:
         print(table(results, args.batch, cost))
     for n, why in failures.items():

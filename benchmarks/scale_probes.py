@@ -114,11 +114,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def jvm_pid() -> int:
-    """The Spark JVM this Python process started (local mode: driver and executors)."""
+    """The Spark JVM this Python process started (local mode: driver and executors); not the
+    broker's, which is a java process under it too when the benchmark started its own stack."""
     mine = os.getpid()
     for pid in descendants(mine):
         try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+            if (Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+                    and b"org.apache.spark" in Path(f"/proc/{pid}/cmdline").read_bytes()):
                 return pid
         except OSError:
             continue
