@@ -33,9 +33,9 @@ class HandlerMap:
 
     def __call__(self, df, cfg: WorkerConfig):
         if self.tasks_per_core:
-            # Several partitions a task past this many tasks (spark_conf.TUNABLES): a task's
-            # fixed cost is paid per task, not per partition. Read at each batch: executors
-            # that register late (Kubernetes) raise it.
+            # At most this many tasks a core, each reading several partitions past that
+            # (spark_conf.TUNABLES): a task's fixed cost is paid per task, not per partition.
+            # The cores are read at each batch: executors that register late raise them.
             df = df.coalesce(self.tasks_per_core * df.sparkSession.sparkContext.defaultParallelism)
         if self._cached is None or self._cached[0] != cfg:
             self._cached = (cfg, _handler_udf(cfg))
