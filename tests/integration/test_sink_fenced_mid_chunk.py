@@ -51,7 +51,7 @@ def test_a_chunk_whose_producer_another_worker_fenced_is_written_by_a_new_produc
     tid = sink_transactional_id(eos.ledger_writer, "src", 0)
     try:
         # This worker served partition src/0 before (its producer is kept, initialized) ...
-        sink_txn.producer(conf, tid, sink)
+        sink_txn.producer(conf, tid)
         # ... and another worker took the partition over since: its producer fenced ours.
         other = Producer({**conf, "transactional.id": tid})
         other.init_transactions(30)

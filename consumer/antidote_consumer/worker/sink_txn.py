@@ -72,14 +72,13 @@ class ExactlyOnce:
         return None
 
 
-def producer(conf: dict, transactional_id: str, topic: str):
-    """The process's producer of `transactional_id` that writes to `topic`, initialized once
-    (which fences the partition's earlier attempts). The broker answers
-    CONCURRENT_TRANSACTIONS while it still ends a fenced producer's transaction: retried
-    until COMMIT_TIMEOUT_S."""
+def producer(conf: dict, transactional_id: str):
+    """The process's producer of `transactional_id`, initialized once (which fences the
+    partition's earlier attempts). The broker answers CONCURRENT_TRANSACTIONS while it still
+    ends a fenced producer's transaction: retried until COMMIT_TIMEOUT_S."""
     p = _producers.get(transactional_id)
     if p is None:
-        p = _producers[transactional_id] = init_producer(conf, transactional_id, topic)
+        p = _producers[transactional_id] = init_producer(conf, transactional_id)
     return p
 
 
@@ -201,11 +200,11 @@ class PartitionSink:
         if self._open is None:
             if self._shared:
                 token = uuid.uuid4().hex
-                self._shared.call("take", self._id, self.conf, token, self.sink_topic)
+                self._shared.call("take", self._id, self.conf, token)
                 self._open = token
                 return token
             try:
-                self._open = producer(self.conf, self._id, self.sink_topic)
+                self._open = producer(self.conf, self._id)
             except Exception:
                 forget(self._id)
                 raise
