@@ -137,10 +137,10 @@ def pump(spark, bootstrap: str, admin, partitions: int, messages: int, share: fl
         pending[0] += reads[-1][0]
         return due
 
-    def timed_handle(df, *, batch_id=None, positions=None, local_rows=None, due_by=None):
+    def timed_handle(df, *, batch_id=None, positions=None, local_rows=None, due_by=None, **kw):
         t, started = time.time(), time.perf_counter()
         pending[1] = 0.0
-        result = handle(df, batch_id=batch_id, positions=positions, local_rows=local_rows, due_by=due_by)
+        result = handle(df, batch_id=batch_id, positions=positions, local_rows=local_rows, due_by=due_by, **kw)
         if batch_id is None:  # a retry batch: run and commit
             rounds.append((t, time.perf_counter() - started, result.n_ok + len(result.failures),
                            "local" if due_by is None else "executors"))
