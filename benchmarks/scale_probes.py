@@ -212,8 +212,9 @@ def producer_cost(bootstrap: str, prefix: str, n: int = 16) -> dict:
     for i in range(n):
         p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}/{i}",
                       "enable.idempotence": True})
-        # Connected first, as the executor's writer does (txn_writer.init_producer): else
-        # librdkafka asks for the producer id again 500 ms later, and that is what is timed.
+        # Connected first, so that init_transactions alone is timed: else librdkafka may ask
+        # for the producer id again only 500 ms later (the executor's writer calls it in
+        # steps instead: txn_writer.init_producer).
         p.list_topics(timeout=60)
         t = time.perf_counter()
         p.init_transactions(60)

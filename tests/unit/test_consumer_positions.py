@@ -110,7 +110,19 @@ def test_a_batch_runs_at_most_tasks_per_core_times_the_cores_tasks(monkeypatch, 
     cfg = WorkerConfig(handler="m:f", source_topic="t", immediate=0, cycles=0,
                        non_retryable=frozenset(), validation=None, sink_kafka={"topic": "o"},
                        emit_outputs=False)
-    assert HandlerMap(conf)(_Frame(cores), cfg).coalesced == tasks
+    assert HandlerMap(conf, partitions=512)(_Frame(cores), cfg).coalesced == tasks
+
+
+def test_a_topic_within_the_bound_is_not_coalesced(monkeypatch) -> None:
+    from antidote_consumer.driver import frames
+
+    monkeypatch.setattr(frames, "_handler_udf", lambda cfg: _Udf(cfg))
+    monkeypatch.setattr(frames, "_map_in_arrow", lambda df, udf: df)
+    cfg = WorkerConfig(handler="m:f", source_topic="t", immediate=0, cycles=0,
+                       non_retryable=frozenset(), validation=None, sink_kafka={"topic": "o"},
+                       emit_outputs=False)
+    assert HandlerMap(None, partitions=8)(_Frame(2), cfg).coalesced is None  # 8 tasks already
+    assert HandlerMap(None, partitions=9)(_Frame(2), cfg).coalesced == 8
 
 
 def test_the_ends_are_the_last_offset_read_per_topic_and_partition() -> None:

@@ -58,7 +58,7 @@ class Runtime:
         self.retry_sleep = retry_sleep
         self.cfg = worker_config(settings)
         self.bounds = RunBounds.of(settings, spark.sparkContext.master if spark is not None else "local")
-        self.handler_map = HandlerMap(settings.spark.conf)
+        self.handler_map = HandlerMap(settings.spark.conf, partitions)
         names = ledger_names(settings)
         self.consumer_id = names.consumer_id
         # Small retry batches run without a Spark job; a path sink is written by Spark.

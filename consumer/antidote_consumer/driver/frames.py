@@ -27,16 +27,20 @@ class HandlerMap:
     The UDF's column names its inputs (INPUT_COLUMNS), so it fits any batch's frame; the rest
     is what DataFrame.mapInArrow does with the UDF (pyspark 4.2), with the same arguments."""
 
-    def __init__(self, spark_conf: dict[str, str] | None = None):
+    def __init__(self, spark_conf: dict[str, str] | None = None, partitions: int = 0):
         self._cached: tuple | None = None  # (cfg, the UDF's column)
         self.tasks_per_core = tunable(spark_conf, "spark.antidote.tasksPerCore")
+        self.partitions = partitions  # of the source topic, and so of the retry topics
 
     def __call__(self, df, cfg: WorkerConfig):
-        if self.tasks_per_core:
-            # At most this many tasks a core, each reading several partitions past that
-            # (spark_conf.TUNABLES): a task's fixed cost is paid per task, not per partition.
-            # The cores are read at each batch: executors that register late raise them.
-            df = df.coalesce(self.tasks_per_core * df.sparkSession.sparkContext.defaultParallelism)
+        # At most tasks_per_core tasks a core, each reading several partitions past that
+        # (spark_conf.TUNABLES): a task's fixed cost is paid per task, not per partition. The
+        # cores are read at each batch (executors that register late raise them); a topic
+        # within the bound gets no coalesce, whose new Dataset costs the driver a few ms.
+        if self.tasks_per_core and self.partitions > self.tasks_per_core:
+            tasks = self.tasks_per_core * df.sparkSession.sparkContext.defaultParallelism
+            if self.partitions > tasks:
+                df = df.coalesce(tasks)
         if self._cached is None or self._cached[0] != cfg:
             self._cached = (cfg, _handler_udf(cfg))
         return _map_in_arrow(df, self._cached[1])
