@@ -7,11 +7,13 @@ quarantined once, and the ledger's counts are exact."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 
 from antidote_api.names import ledger_topic
 from antidote_consumer.driver.ledger import load_state
+from antidote_consumer.kafka import headers as h
 
 from antidote_testkit import consumers as cu
 from antidote_testkit.consumers import start
@@ -50,14 +52,16 @@ def test_sigkill_between_the_tasks_commits_and_the_drivers_then_a_lost_checkpoin
 
     def between_commits() -> bool:
         # The held batch has begun, earlier failures wait in retry-1, and an executor has
-        # committed outputs (its ledger entry ahead of the position) that the driver has not.
+        # committed outputs and retry records it settled itself (its ledger entry ahead of the
+        # position, with retried offsets past it) that the driver has not.
         if not cu.calls(calls_dir, source)[f"{source}/{at[0]}/{at[1]}"]:
             return False
         if not read_all(kafka_bootstrap, s.topics.retry[0], missing_ok=True):
             return False
         state = load_state(kafka_bootstrap, ledger)
-        return any(e.next > state.positions.get(k, 0) for k, e in state.sink.items() if k.startswith(f"{source}:"))
-    wait_until(between_commits, 180, proc, log, "a task's commit ahead of the driver's, retries waiting")
+        return any(e.next > state.positions.get(k, 0) and max(e.retried, default=-1) >= state.positions.get(k, 0)
+                   for k, e in state.sink.items() if k.startswith(f"{source}:"))
+    wait_until(between_commits, 180, proc, log, "a task's commit with its retries ahead of the driver's")
     kill9(proc)
     held.unlink()
     lost_checkpoint_then_each_output_once(stack, kafka_bootstrap, tmp_path, calls_dir, log, args, s, sink, src)
@@ -135,3 +139,18 @@ def lost_checkpoint_then_each_output_once(stack, kafka_bootstrap, tmp_path, call
     flaky = sum(1 for r in src.values() if b"flaky-1" in r.value)
     assert state.counts == {"processed": len(src) - len(poison), "retried": flaky + 2 * len(poison),
                             "moved": len(poison), "rejected": 0, "dropped": 0}
+    # Each retry record once, whoever wrote it: the tasks, with their chunks, the retries the
+    # breaker said yes to (worker.task_settle; their entries say so), the driver the others.
+    retries = Counter()
+    for topic in s.topics.retry:
+        for r in read_all(kafka_bootstrap, topic, missing_ok=True):
+            st = h.retry_state(r.headers)
+            retries[(st.origin.partition, st.origin.offset, st.cycle)] += 1
+    assert max(retries.values()) == 1 and sum(retries.values()) == state.counts["retried"]
+    assert any(task_settled(r) for r in read_all(kafka_bootstrap, ledger_topic(s.source.topic, s.namespace,
+                                                                                s.consumer)))
+
+
+def task_settled(r) -> bool:
+    """A ledger record that is a task's entry with retries it settled itself."""
+    return bool(r.key and r.key.startswith(b"sink:") and r.value and json.loads(r.value).get("retried"))

@@ -13,6 +13,7 @@ from antidote_consumer.kafka import headers as h
 from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.executor import (INPUT_COLUMNS, RESULT_FIELDS, RESULT_SCHEMA, ResultRow,
                                                WorkerConfig, process)
+from antidote_consumer.worker.task_settle import SETTLED
 
 # A failed row of RESULT_SCHEMA as the driver keeps it (see batch_result).
 Failure = ResultRow
@@ -290,6 +291,17 @@ class BatchResult:
     # worker's, a bisection's), as (key, value, headers); and the entries the tasks committed.
     outputs: list[tuple] = field(default_factory=list)
     sink: dict[str, dict] = field(default_factory=dict)  # "topic:partition" -> entry (JSON)
+    # Retries the tasks wrote themselves (worker.task_settle): retry cycle -> messages, the
+    # earliest due time among them, and how many asked Retry(after=...) past the bound.
+    settled: dict[int, int] = field(default_factory=dict)
+    settled_due: int | None = None
+    settled_capped: int = 0
+
+    def add_settled(self, cycle: int, n: int, due: int | None, capped: int) -> None:
+        self.settled[cycle] = self.settled.get(cycle, 0) + n
+        if due is not None:
+            self.settled_due = due if self.settled_due is None else min(self.settled_due, due)
+        self.settled_capped += capped
 
     def wait_at(self, where: tuple[str, int], offset: int, due: int) -> None:
         if where not in self.waiting or offset < self.waiting[where][0]:
@@ -305,6 +317,10 @@ class BatchResult:
                           self.outputs + other.outputs, {**self.sink, **other.sink})
         for where, (offset, due) in other.waiting.items():
             out.wait_at(where, offset, due)
+        for result in (self, other):
+            for cycle, n in result.settled.items():
+                out.add_settled(cycle, n, result.settled_due, 0)
+            out.settled_capped += result.settled_capped
         return out
 
 
@@ -323,6 +339,8 @@ def batch_result(rows) -> BatchResult:
             result.chains[r.partition] = r.error_message
         elif r.kind == "waiting":
             result.wait_at((r.topic, r.partition), r.offset, r.last_failure)
+        elif r.kind == SETTLED:
+            result.add_settled(r.cycle, r.n_ok, r.last_failure, r.retry_after or 0)
         elif r.kind == "sink":
             result.sink[f"{r.topic}:{r.partition}"] = json.loads(r.error_message)
         elif r.kind == "ok":  # an output to write with the settle (exactly-once, emitted)

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from antidote_consumer.worker.attempt_reports import PATH, RUN_PROPERTY
+from antidote_consumer.worker.attempt_reports import ASK_PATH, PATH, RUN_PROPERTY
+from antidote_consumer.worker.task_settle import NO, STOP, YES
 
 from .disabled import QueueDisabled
 from .systemic import SystemicRule
@@ -82,15 +83,20 @@ class LiveBreaker:
 
             def do_POST(self):  # noqa: N802 - http.server's name
                 size = int(self.headers.get("Content-Length") or 0)
-                ok = self.path == PATH and 0 < size <= MAX_BODY
-                if ok:
+                answer: str | None = None
+                if self.path in (PATH, ASK_PATH) and 0 < size <= MAX_BODY:
                     try:
-                        ok = breaker.report(json.loads(self.rfile.read(size)))
+                        body = json.loads(self.rfile.read(size))
+                        answer = (breaker.ask(body) if self.path == ASK_PATH
+                                  else "" if breaker.report(body) else None)
                     except (ValueError, TypeError, KeyError):
-                        ok = False
-                self.send_response(204 if ok else 400)
-                self.send_header("Content-Length", "0")
+                        answer = None
+                data = (answer or "").encode()
+                self.send_response(400 if answer is None else 200 if data else 204)
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                if data:
+                    self.wfile.write(data)
 
             def log_message(self, *args):  # quiet: one line a report would flood the log
                 pass
@@ -163,6 +169,22 @@ class LiveBreaker:
             except Exception:  # noqa: BLE001 - the batch's thread still sees `tripped` when its run ends
                 log.exception("could not cancel a running batch")
         return True
+
+    def ask(self, body: dict) -> str | None:
+        """A task's report that asks whether it may settle its chunk's failures itself
+        (worker.task_settle): yes when the rule, over the window and the run's figures with
+        this report, does not trip and has minMessages behind it; stop once it tripped (this
+        report may trip it); no otherwise, and for a run that ended. None: not ours."""
+        if not self.report(body):
+            return None
+        with self._lock:
+            if self.tripped is not None:
+                return STOP
+            held = self._runs.get(str(body.get("run")))
+            if held is None:
+                return NO
+            failed, judged = held[0].figures()
+            return YES if self.rule.settles(failed, judged, self.clock()) else NO
 
     def check(self, cause: BaseException | None = None) -> None:
         """Raises the stop, once the rule tripped (the batch's thread, after its run)."""

@@ -156,6 +156,13 @@ def settlement(t: Targets, before: LedgerState, result: BatchResult, isolated: l
         out.poisoned.append((Reason.BATCH_ISOLATION.value, BATCH_FAILURE, origin, disposition_of(s, route)))
         out.records += disposition(t, raw.key, raw.value, user, cycle, Reason.BATCH_ISOLATION.value,
                                    common, isolated_at(raw, attempts, error, cycle, now), route)
+    for cycle, n in result.settled.items():  # retries the tasks wrote (worker.task_settle)
+        counts["retried"] += n
+        out.retried += n
+        out.scheduled[cycle] = out.scheduled.get(cycle, 0) + n
+    if result.settled_due is not None:
+        out.dues.append(result.settled_due)
+    out.capped += result.settled_capped
     for *_, disp in out.poisoned:
         counts[OUTCOME_OF[disp]] += 1
     counts["moved"] += len(out.overflowed)

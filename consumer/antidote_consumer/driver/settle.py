@@ -45,6 +45,8 @@ class Settler:
         settles) with nothing of the batch written."""
         if not isolated:
             failed, total = judged(result.n_ok, result.failures)
+            settled = sum(result.settled.values())  # retries the tasks wrote: failed, judged
+            failed, total = failed + settled, total + settled
             if self.systemic.tripped(failed, total, time.monotonic()):
                 raise self.systemic.disabled(failed, total)
         stop = outcomes.fault_stop(self.t.s, result, isolated)

@@ -51,11 +51,21 @@ class SystemicRule:
         beside `tripped` on another thread (a copy is read, nothing removed)."""
         return self.enabled and self._over(failed, total, now)
 
-    def _over(self, failed: int, total: int, now: float) -> bool:
+    def settles(self, failed: int, total: int, now: float) -> bool:
+        """Whether a task may settle failures itself (driver.live_breaker.ask): the window with
+        the running batch's figures holds minMessages and does not trip the rule."""
+        if not self.enabled:
+            return True
+        n, bad = self._figures(failed, total, now)
+        return n >= self.min_messages and n > 0 and bad / n < self.threshold
+
+    def _figures(self, failed: int, total: int, now: float) -> tuple[int, int]:
         horizon = now - self.window_s
         kept = [(t, f) for at, t, f in list(self.window) if at >= horizon]
-        n = total + sum(t for t, _ in kept)
-        bad = failed + sum(f for _, f in kept)
+        return total + sum(t for t, _ in kept), failed + sum(f for _, f in kept)
+
+    def _over(self, failed: int, total: int, now: float) -> bool:
+        n, bad = self._figures(failed, total, now)
         return n >= self.min_messages and n > 0 and bad / n >= self.threshold
 
     def disabled_live(self, failed: int, total: int, after: float) -> QueueDisabled:

@@ -11,6 +11,7 @@ from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.governance import Governance
 from antidote_consumer.worker.sink_txn import ExactlyOnce
+from antidote_consumer.worker.task_settle import RetrySettle
 from antidote_consumer.worker.registry import secret_dir_of
 
 
@@ -72,3 +73,21 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         delays=tuple(d.ms for d in s.retries.cycle_delays), owner=ledger_names(s).consumer_id,
         exactly_once=exactly_once, formats=formats(s), sink_format=sink_format(s),
         governance=governance(s))
+
+
+def retry_settle(s: EffectiveSettings, partitions: int, max_bytes: dict[str, int], live) -> RetrySettle | None:
+    """WorkerConfig.settle: what the tasks of an exactly-once Kafka sink need to write their
+    failures' retry records with their chunks (worker.task_settle), from the settings the
+    driver's own settle uses (driver.outcome_records.retry_record). None (every failure goes
+    to the driver, as before): another sink, ordering Key (a key's chains are the driver's),
+    or a breaker that is on but has no endpoint to ask (`live`: driver.live_breaker.LiveBreaker)."""
+    kafka = s.sink.kafka if s.sink is not None else None
+    breaker = live.rule.enabled
+    if kafka is None or kafka.delivery != "ExactlyOnce" or s.ordering == "Key" or (breaker and live.url is None):
+        return None
+    bound = retry_after_bound(s.retries)
+    return RetrySettle(
+        retry_topics=tuple(s.topics.retry), delays_ms=tuple(d.ms for d in s.retries.cycle_delays),
+        bound_ms=bound.ms if bound is not None else None, partitions=partitions,
+        max_bytes=tuple((t, n) for t, n in sorted(max_bytes.items()) if t in s.topics.retry),
+        consumer=ledger_names(s).consumer_id, policy=s.policy, ask=breaker)

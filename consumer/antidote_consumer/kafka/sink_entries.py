@@ -1,9 +1,12 @@
 """What an exactly-once sink's ledger entries say (docs/consumer.md, "Exactly-once to a Kafka
-sink"): `sink:<topic>:<partition>` = {"next": N, "pending": [[a, b], ...]}. Every offset
-below `next`, from the partition's ledger position on, has its output committed (or needs
-none), except the pending ones (ranges, ends included): failed, held or not attempted
-messages, whose outcomes the driver settles. An executor writes it in the transaction that
-commits the outputs it covers; the driver only reads it (at start, from the ledger).
+sink"): `sink:<topic>:<partition>` = {"next": N, "pending": [[a, b], ...], "retried": [...]}.
+Every offset below `next`, from the partition's ledger position on, has its output committed
+(or needs none), except the pending ones (ranges, ends included): failed, held or not
+attempted messages, whose outcomes the driver settles. `retried` (absent when empty): failed
+messages whose retry record the task wrote in the same transaction (worker.task_settle); a
+replay passes over them too, and counts them as retried, not processed. An executor writes
+it in the transaction that commits the outputs and records it covers; the driver only reads
+it (at start, from the ledger).
 
 Pure, but for `scan_entry` (and `read_entry`), which scan the ledger topic for one partition's
 entry from the ledger offset the driver last knew (driver.ledger_tail)."""
@@ -50,17 +53,25 @@ def ranges(offsets: Iterable[int]) -> list[list[int]]:
     return out
 
 
+def _offsets(value: dict, name: str) -> frozenset[int]:
+    return frozenset(o for a, b in value.get(name) or () for o in range(a, b + 1))
+
+
 @dataclass(frozen=True)
 class SinkEntry:
     next: int
     pending: frozenset[int] = frozenset()
+    retried: frozenset[int] = frozenset()  # settled by the task: their retry records are written
 
     def to_json(self) -> dict:
-        return {"next": self.next, "pending": ranges(self.pending)}
+        out: dict = {"next": self.next, "pending": ranges(self.pending)}
+        if self.retried:
+            out["retried"] = ranges(self.retried)
+        return out
 
     @classmethod
     def from_json(cls, value: dict) -> SinkEntry:
-        return cls(int(value["next"]), frozenset(o for a, b in value.get("pending") or () for o in range(a, b + 1)))
+        return cls(int(value["next"]), _offsets(value, "pending"), _offsets(value, "retried"))
 
     def covers(self, offset: int) -> bool:
         """Whether `offset`'s output is committed (or it needs none): a replay passes it over."""

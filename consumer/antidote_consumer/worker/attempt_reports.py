@@ -25,6 +25,7 @@ from typing import Any
 # The Spark local property that names the run (a Spark job of the driver's) a task belongs to.
 RUN_PROPERTY = "antidote.run"
 PATH = "/attempts"
+ASK_PATH = "/settle"  # a report that asks whether the task may settle its chunk's failures
 PERIOD = 1.0  # a task's progress, at most this often (when nothing fails)
 GAP = 0.5  # at most one post per task this often
 TIMEOUT = 1.0  # a post's, at most
@@ -53,6 +54,7 @@ class Reporter:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._seq = 0
+        self._lock = threading.Lock()
 
     # --- the hot loop's side: counters and a wake-up, never I/O --------------------------
     def failed(self, err: BaseException, n_ok: int) -> None:
@@ -81,6 +83,26 @@ class Reporter:
         """(failed, judged) distinct messages."""
         return self.failing, self.n_ok + self.failing + self.other
 
+    def ask(self, n_ok: int) -> str:
+        """Whether the task may settle its chunk's failures itself (worker.task_settle): its
+        figures so far posted to the driver's ask path, on the task's own thread, and the
+        answer, yes, no or stop; no when there is no driver to ask or it does not answer in
+        time (the failures then go back to the driver, as they always did)."""
+        if self.target is None:
+            return "no"
+        self.n_ok = n_ok
+        url, secret, run = self.target
+        with self._lock:  # one seq order for both threads' posts
+            self._seq += 1
+            failed, judged = self.figures()
+            body = {"secret": secret, "run": run, "task": list(self.task), "seq": self._seq,
+                    "failed": failed, "judged": judged, "done": False}
+        try:
+            answer = post(url.removesuffix(PATH) + ASK_PATH, body)
+        except Exception:  # noqa: BLE001 - no answer is a no: the driver settles them
+            return "no"
+        return answer if answer in ("yes", "no", "stop") else "no"
+
     def _send(self) -> None:
         if self.target is None:
             return
@@ -103,9 +125,11 @@ class Reporter:
             done = self.done
             now = self.figures()
             if now != sent or done:
-                self._seq += 1
-                body = {"secret": secret, "run": run, "task": list(self.task), "seq": self._seq,
-                        "failed": now[0], "judged": now[1], "done": done}
+                with self._lock:
+                    self._seq += 1
+                    now = self.figures()
+                    body = {"secret": secret, "run": run, "task": list(self.task), "seq": self._seq,
+                            "failed": now[0], "judged": now[1], "done": done}
                 try:
                     post(url, body)
                     sent, failures = now, 0
@@ -116,11 +140,12 @@ class Reporter:
             time.sleep(GAP)
 
 
-def post(url: str, body: dict[str, Any], timeout: float = TIMEOUT) -> None:
+def post(url: str, body: dict[str, Any], timeout: float = TIMEOUT) -> str:
+    """Posts `body`; the answer's text (empty for a report)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the driver's own http URL
-        resp.read()
+        return resp.read().decode()
 
 
 def reporter(target: tuple[str, str, str] | None) -> Reporter:

@@ -16,7 +16,9 @@ from typing import Any, NamedTuple
 
 from antidote_consumer.kafka import headers as h
 
-from . import attempt_reports, collector, sink
+from . import attempt_reports, collector, result_rows, sink
+from .result_rows import emit as _emit
+from .result_rows import row as _row
 from .attempts import Plan, Reason, plan_of, run_pass
 from .deadline import AttemptTimeout, watchdog
 from .encode import with_formats
@@ -25,7 +27,9 @@ from .handler import encode_output, load_handler
 from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
-from .sink_txn import ExactlyOnce, PartitionSink, finish, moved_to, retried_task
+from .sink_txn import ExactlyOnce, PartitionSink, retried_task
+from .task_settle import RetrySettle, candidate
+from .task_sinks import TaskSinks
 from .verdict import Verdict
 
 # Input rows: the Kafka source's columns, timestamps as epoch ms.
@@ -133,6 +137,8 @@ class WorkerConfig:
     # spec.sink.kafka.valueFormat: outputs encoded with a registry's schema (encode.py)
     sink_format: dict | None = None
     governance: Governance | None = None  # spec.routes, retries/validation.maxAge (governance.py)
+    # Retries the task may write itself with its chunks (task_settle; exactly-once writes only)
+    settle: RetrySettle | None = None
     # The driver's attempt reports endpoint, (url, secret, run): worker/attempt_reports.py
     reports: tuple[str, str, str] | None = None
 
@@ -169,13 +175,16 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     sink_topic, producer = sink.producer_for(None if eos is not None or cfg.emit_outputs else cfg.sink_kafka)
     if producer is not None:
         sink.begin()
+    rep = attempt_reports.reporter(cfg.reports)  # outcomes told to the driver as they come
+    out: list[tuple] = []  # result rows, RESULT_FIELDS order (see _emit)
     # Exactly-once: each partition's PartitionSink (the current one in `part`); `writes`: their
     # outputs go through its transactions (else back to the driver, emit_outputs).
-    sinks: dict[tuple[str, int], PartitionSink] = {}
     part: PartitionSink | None = None
     writes = eos is not None and not cfg.emit_outputs and cfg.sink_kafka is not None
-    retried = eos is not None and retried_task()
-    rep = attempt_reports.reporter(cfg.reports)  # outcomes told to the driver as they come
+    settle = cfg.settle if writes and not cfg.max_held else None
+    sinks = None if eos is None else TaskSinks(
+        eos, cfg.sink_kafka or {}, retried_task(), settle,
+        (lambda: rep.ask(n_ok)) if settle is not None and settle.ask else None, out)
 
     n_ok = n_attempts = largest = 0
     ends: dict[tuple[str, int], int] = {}
@@ -197,7 +206,6 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     # (profiled). They are sent once they reach the largest input batch seen (checked where
     # a row is added): never more rows than Spark's own batches hold (maxRecordsPerBatch,
     # which the consumer sets from the records seen: spark.ArrowRows), the same memory bound.
-    out: list[tuple] = []  # result rows, RESULT_FIELDS order (see _emit)
     cap, read_at = 1, -1  # read_at: the offset of `part` last read
     # The hot loop: a success costs one Message, one handler call and one produce; everything a
     # failure needs (origin, headers parsing, error details) is built only on failure.
@@ -229,13 +237,16 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 continue  # behind a record not due yet: a later batch reads it
             if skip and (topic, partition, offset) in skip:
                 continue  # already in the poison topic, and counted, by `antidote skip`
-            if eos is not None:
+            if sinks is not None:
                 if part is None or partition != part.partition or topic != part.topic:
-                    part = moved_to(sinks, part, read_at + 1 if writes else None, eos, cfg.sink_kafka or {},
-                                    topic, partition, retried)
+                    part = sinks.moved_to(part, read_at + 1 if writes else None, topic, partition)
                 read_at = offset  # every offset of `part` below it is done with
                 if part.carried is not None and part.covers(offset):
-                    n_ok += 1  # its output is committed: a replay does not run it again
+                    # Its output (or retry record) is committed: a replay does not run it again.
+                    if offset in part.carried.retried:
+                        sinks.passed_retried(topic, now)
+                    else:
+                        n_ok += 1
                     continue
                 if writes and part.due():
                     part.commit(offset)
@@ -336,11 +347,20 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     if order is not None:
                         order.after(msg.partition, key, msg.offset, now=now,
                                     retry_cycle=cycle + 1 if result.verdict is Verdict.RETRY else None)
-                    _emit(out, result.verdict.value, key, value, user, _origin(msg), topic, partition,
-                          offset, before + result.attempts, cycle,
-                          result.reason.value if result.reason else None, result.error_class,
-                          result.error_message, result.stack, first if first is not None else now,
-                          now, None, result.chosen, result.retry_after, result.route)
+                    origin, tried, since = _origin(msg), before + result.attempts, first if first is not None else now
+                    row = _row(result.verdict.value, key, value, user, origin, topic, partition, offset, tried,
+                               cycle, result.reason.value if result.reason else None, result.error_class,
+                               result.error_message, result.stack, since, now, None, result.chosen,
+                               result.retry_after, result.route)
+                    if settle is not None and result.verdict is Verdict.RETRY and part is not None:
+                        c = candidate(settle, offset, row, key=key, value=value, user=list(user), origin=origin,
+                                      attempts=tried, cycle=cycle, first_failure=since, now=now,
+                                      error_class=result.error_class, error_message=result.error_message,
+                                      stack=result.stack, retry_after=result.retry_after)
+                        if c is not None:
+                            part.settle(c)  # written with its chunk if the breaker says yes (task_settle)
+                            continue
+                    out.append(row)
                     if len(out) >= cap:
                         yield sent(out)
                     continue
@@ -372,41 +392,25 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     if producer is not None:
         sink.delivered(producer, sink_topic)
     rep.close(n_ok)
-    finish(sinks, ends, writes)  # the rest of each partition's outputs, and its entry
-    for where, p in sinks.items():
+    if sinks is not None:
+        sinks.finish(ends, writes)  # the rest of each partition's outputs and records, and its entry
+    for where, p in (sinks.parts if sinks is not None else {}).items():
         if p.carried is not None:  # what the ledger holds now, told to the driver ("sink" row)
             _emit(out, "sink", None, None, (), h.Origin(where[0], where[1], p.carried.next, 0),
                   where[0], where[1], p.carried.next, 0, 0, None, None,
                   json.dumps(p.carried.to_json()), None, None, None, None)
     chains = order.results() if order is not None else []
-    n = 1 + len(ends) + len(chains) + len(waiting)
-    summary: dict[str, list[Any]] = {name: [None] * n for name in RESULT_FIELDS}
-    # "chains" rows: a source partition's chains after this task (ordering Key), as JSON.
-    summary.update(kind=["summary"] + ["end"] * len(ends) + ["chains"] * len(chains)
-                   + ["waiting"] * len(waiting),
-                   n_ok=[n_ok] + [0] * (n - 1), n_attempts=[n_attempts] + [0] * (n - 1),
-                   largest=[largest] + [None] * (n - 1),
-                   topic=[None] + [t for t, _ in ends] + [None] * len(chains) + [t for t, _ in waiting],
-                   partition=[None] + [p for _, p in ends] + [p for p, _ in chains]
-                   + [p for _, p in waiting],
-                   offset=[None] + list(ends.values()) + [None] * len(chains)
-                   + [o for o, _ in waiting.values()],
-                   error_message=[None] * (1 + len(ends)) + [c for _, c in chains] + [None] * len(waiting),
-                   last_failure=[None] * (n - len(waiting)) + [d for _, d in waiting.values()])
+    end_rows = result_rows.summary(RESULT_FIELDS, n_ok=n_ok, n_attempts=n_attempts, largest=largest, ends=ends,
+                                   chains=chains, waiting=waiting, settled=sinks.tally.rows() if sinks else [])
     # The rows still gathered go with the summary, in one batch.
     last = _columns(out)
     for name in RESULT_FIELDS:
-        last[name] += summary[name]
+        last[name] += end_rows[name]
     yield last if as_columns else pa.RecordBatch.from_pydict(last, schema=_arrow_schema())
 
 
 def _columns(out: list[tuple]) -> dict[str, list]:
-    """The rows gathered in `out` as columns (name -> list), the local worker's form; `out`
-    is emptied for the next ones."""
-    columns = zip(*out) if out else ([] for _ in RESULT_FIELDS)
-    sent = {name: list(col) for name, col in zip(RESULT_FIELDS, columns)}
-    out.clear()
-    return sent
+    return result_rows.columns(out, RESULT_FIELDS)
 
 
 def _sent(out: list[tuple]):
@@ -418,18 +422,6 @@ def _sent(out: list[tuple]):
 
 def _origin(msg: Message) -> h.Origin:
     return h.Origin(msg.topic, msg.partition, msg.offset, msg.timestamp)
-
-
-def _emit(out: list[tuple], kind, key, value, headers, origin: h.Origin, topic, partition,
-          offset, attempts, cycle, reason, error_class, error_message, stack, first, last,
-          output, chosen=None, retry_after=None, route=None) -> None:
-    # One tuple per row, in RESULT_FIELDS order, made columns once per batch sent (_columns,
-    # in C): a dict per row and an append to each of 25 lists was ~3.5 us a failed message.
-    # Headers as (key, value) pairs: Arrow takes a tuple for a struct as it takes a dict, and
-    # the local worker's rows travel to the driver as they are (pickled: no dict per header).
-    out.append((kind, key, value, list(headers), origin.topic, origin.partition, origin.offset,
-                origin.timestamp, topic, partition, offset, attempts, cycle, reason, error_class,
-                error_message, stack, first, last, output, None, None, chosen, retry_after, None, route))
 
 
 def arrow_schema(fields: list[tuple[str, str]]):

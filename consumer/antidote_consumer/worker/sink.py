@@ -93,3 +93,15 @@ def produce_all(p, topic: str, records: tuple[list, list, list | None]) -> None:
             fast(topic, value, key, headers=hdrs)
         except BufferError:
             produce(p, topic, key, value, hdrs)
+
+
+def produce_records(p, records: list | tuple) -> None:
+    """Records of several topics, each (topic, partition, key, value, headers, timestamp ms):
+    the retry records a task settles with its chunk (task_settle), waiting for room."""
+    for topic, partition, key, value, headers, ts in records:
+        while True:
+            try:
+                p.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
+                break
+            except BufferError:
+                p.poll(0.01)

@@ -24,6 +24,7 @@ from antidote_api.names import sink_transactional_id
 from antidote_consumer.kafka.sink_entries import SinkEntry, entry_key, read_entry
 
 from . import sink, txn_writer
+from .task_settle import Held
 from .txn_writer import COMMIT_TIMEOUT_S, init_producer  # one producer setup, the writer's
 
 # A chunk is written before the next message once this much waits, or its first output has
@@ -52,9 +53,9 @@ class ExactlyOnce:
 
     ledger_topic: str
     ledger_writer: str  # the ledger writer's transactional id: the partitions' ids' prefix
-    # "topic:partition" -> (the ledger's position, the entry's next, its pending offsets), for
-    # the partitions whose entry is ahead of their position (after a crash).
-    entries: tuple[tuple[str, int, int, tuple[int, ...]], ...] = ()
+    # "topic:partition" -> (the ledger's position, the entry's next, its pending offsets, its
+    # retried ones), for the partitions whose entry is ahead of their position (after a crash).
+    entries: tuple[tuple[str, int, int, tuple[int, ...], tuple[int, ...]], ...] = ()
     # The partitions whose entries the driver knows to be current: fenced and read by a task
     # of this driver since its start and since the last failed job. A task of any other
     # partition (an attempt that died may have committed an entry the driver has not seen)
@@ -66,9 +67,9 @@ class ExactlyOnce:
     since: int = 0
 
     def entry(self, where: str) -> tuple[int, SinkEntry] | None:
-        for key, position, nxt, pending in self.entries:
+        for key, position, nxt, pending, retried in self.entries:
             if key == where:
-                return position, SinkEntry(nxt, frozenset(pending))
+                return position, SinkEntry(nxt, frozenset(pending), frozenset(retried))
         return None
 
 
@@ -107,6 +108,7 @@ class Chunk:
     start: int  # the first offset it covers
     records: tuple[list, list, list | None]  # its outputs' keys, values and headers (Records.lists)
     entry: SinkEntry
+    extra: list  # retry records settled by the task (task_settle): (topic, partition, key, value, headers, ts)
 
     def __len__(self) -> int:
         return len(self.records[1])
@@ -153,6 +155,8 @@ class PartitionSink:
     position: int = 0  # the ledger's position at the batch's start (below it: settled)
     carried: SinkEntry | None = None  # the entry a crashed run left, ahead of the position
     pending: set[int] = field(default_factory=set)
+    retried: set[int] = field(default_factory=set)  # settled by this task (task_settle)
+    held: Held | None = None  # the chunk's failures the task may settle itself
     stop: int | None = None  # the partition stops here (a record not due yet; a Fault)
     buffer: Records = field(default_factory=Records)
     size: int = 0
@@ -192,6 +196,7 @@ class PartitionSink:
                 part.carried = found
         if part.carried is not None:
             part.pending = {o for o in part.carried.pending if o >= part.position}
+            part.retried = {o for o in part.carried.retried if o >= part.position}
         return part
 
     def _producer(self):
@@ -237,6 +242,27 @@ class PartitionSink:
             self.start = offset
         self.pending.add(offset)
 
+    def settle(self, candidate) -> None:
+        """A failure whose retry record the task may write with the chunk (task_settle): pending
+        until the chunk's answer."""
+        assert self.held is not None
+        self.pend(candidate.offset)
+        self.held.waiting.append(candidate)
+        self.size += len(candidate.record[3] or b"")
+        if self.due_at == math.inf:
+            self.due_at = time.monotonic() + CHUNK_AGE_S
+
+    def _decide(self) -> list:
+        """The chunk's retry records the task writes (task_settle.Held.decide); their offsets
+        are settled once the chunk is committed."""
+        if self.held is None or not self.held.waiting:
+            return []
+        settled = self.held.decide(self.stop is not None)
+        for c in settled:
+            self.pending.discard(c.offset)
+            self.retried.add(c.offset)
+        return [c.record for c in settled]
+
     def due(self) -> bool:
         """Whether the buffered chunk is to be committed before the next message (False while
         nothing is buffered)."""
@@ -250,7 +276,7 @@ class PartitionSink:
             # A replay that ends before the crashed run did: what it has not reached stays.
             pending |= {o for o in self.carried.pending if o >= nxt}
             nxt = self.carried.next
-        return SinkEntry(nxt, frozenset(pending))
+        return SinkEntry(nxt, frozenset(pending), frozenset(self.retried))
 
     def commit(self, upto: int) -> SinkEntry | None:
         """Writes the buffered outputs and the entry for every offset below `upto` in one
@@ -263,13 +289,14 @@ class PartitionSink:
         none of it: else another attempt of these offsets committed them, and this one stops."""
         from confluent_kafka import KafkaException
 
-        if not self.buffer:
+        if not self.buffer and not (self.held and self.held.waiting):
             return None
+        extra = self._decide()
         if self._shared:
-            return self._send(upto)
+            return self._send(upto, extra)
         for tries in range(1, FENCED_TRIES + 1):
             try:
-                entry = self._write(self.entry(upto))
+                entry = self._write(self.entry(upto), extra)
                 break
             except KafkaException as err:
                 if not _fenced(err.args[0]) or tries == FENCED_TRIES:
@@ -279,11 +306,11 @@ class PartitionSink:
         self.carried = entry if self.carried is None or entry.next >= self.carried.next else self.carried
         return entry
 
-    def _send(self, upto: int) -> SinkEntry:
+    def _send(self, upto: int, extra: list) -> SinkEntry:
         """Shared: the chunk goes to the executor's writer, which commits it while this task
         goes on; it is kept until the writer says it is committed (done() waits for that)."""
         entry = self.entry(upto)
-        chunk = Chunk(self.start, self.buffer.lists(), entry)
+        chunk = Chunk(self.start, self.buffer.lists(), entry, extra)
         self.inflight.append(chunk)
         self._post(chunk)
         self.buffer, self.size, self.start, self.due_at = Records(), 0, upto, math.inf
@@ -300,7 +327,7 @@ class PartitionSink:
         token = self._producer()
         self._shared.send(("commit", self._id, token, self.sink_topic, chunk.records, self.eos.ledger_topic,
                            entry_key(self.topic, self.partition).encode(),
-                           json.dumps(chunk.entry.to_json()).encode()), self._replied)
+                           json.dumps(chunk.entry.to_json()).encode(), chunk.extra), self._replied)
         self.outstanding += 1
 
     def _replied(self, reply: tuple) -> None:
@@ -360,10 +387,11 @@ class PartitionSink:
         if found is not None and (self.carried is None or found.next >= self.carried.next):
             self.carried = found
 
-    def _write(self, entry: SinkEntry) -> SinkEntry:
+    def _write(self, entry: SinkEntry, extra: list) -> SinkEntry:
         p = self._producer()  # this process's (commit() sends a shared chunk to the writer)
         p.begin_transaction()
         sink.produce_all(p, self.sink_topic, self.buffer.lists())
+        sink.produce_records(p, extra)
         p.produce(self.eos.ledger_topic, json.dumps(entry.to_json()).encode(),
                   entry_key(self.topic, self.partition).encode())
         p.commit_transaction(COMMIT_TIMEOUT_S)
@@ -386,37 +414,6 @@ class PartitionSink:
         self._open = None
         return RuntimeError(f"sink topic {self.sink_topic}: {len(self.buffer)} outputs not committed: "
                             f"{err.args[0]}")
-
-
-def moved_to(sinks: dict[tuple[str, int], PartitionSink], part: PartitionSink | None, done_below: int | None,
-             eos: ExactlyOnce, sink_kafka: dict, topic: str, partition: int, retried: bool) -> PartitionSink:
-    """The task's records move on to `topic`/`partition` from `part`'s (None: the first). A
-    task of several partitions (coalesced: spark.antidote.tasksPerCore) reads each one's
-    records in one run, so `part` is done with below `done_below` (None: its outputs are not
-    written by the task): its buffered chunk is committed now rather than at the task's end,
-    and the chunks of the partitions before it are waited for, so a task holds the outputs
-    of two partitions at most, however many it reads. Correct for any order of records: a
-    partition read again later commits from there."""
-    if done_below is not None and part is not None:
-        for other in sinks.values():
-            if other is not part:
-                other.done()
-        if part.buffer:
-            part.commit(done_below)
-    found = sinks.get((topic, partition))
-    if found is None:
-        found = sinks[(topic, partition)] = PartitionSink.open(eos, sink_kafka, topic, partition, retried)
-    return found
-
-
-def finish(sinks: dict[tuple[str, int], PartitionSink], ends: dict[tuple[str, int], int], writes: bool) -> None:
-    """A task's end: the rest of each partition's outputs and its entry, committed. With the
-    executor's writer, every partition's last chunk is sent before any is waited for."""
-    for where, part in sinks.items():
-        if writes and where in ends:
-            part.commit(ends[where] + 1)
-    for part in sinks.values():
-        part.done()
 
 
 def _task_context():

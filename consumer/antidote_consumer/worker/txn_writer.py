@@ -125,7 +125,7 @@ class Writer:
         return ("ok",)
 
     def commit(self, tid: str, token: str, sink_topic: str, records: tuple, ledger_topic: str,
-               key: bytes, entry: bytes) -> tuple:
+               key: bytes, entry: bytes, extra: list | tuple = ()) -> tuple:
         from confluent_kafka import KafkaError, KafkaException
 
         with self.lock(tid):
@@ -140,6 +140,7 @@ class Writer:
             try:
                 p.begin_transaction()
                 sink.produce_all(p, sink_topic, records)
+                sink.produce_records(p, extra)  # the task's retry records (task_settle)
                 p.produce(ledger_topic, entry, key)
                 p.commit_transaction(COMMIT_TIMEOUT_S)
             except KafkaException as err:

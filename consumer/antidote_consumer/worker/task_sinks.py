@@ -1,0 +1,62 @@
+"""A task's partition sinks (sink_txn.PartitionSink) as it reads its records: one opened for
+each partition it moves to, the one it leaves committed, all committed at its end; and the
+retries it settled itself (task_settle), told to the driver as SETTLED rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .sink_txn import ExactlyOnce, PartitionSink
+from .task_settle import Held, RetrySettle, Tally
+
+
+class TaskSinks:
+    """The partitions of one task. `settle`: its failures' retry records may be written with
+    their chunks (None: every failure goes back to the driver), once `ask` says yes (None:
+    no breaker to ask); the rows of those that are not go to `rows`, the task's result rows."""
+
+    def __init__(self, eos: ExactlyOnce, sink_kafka: dict, retried: bool, settle: RetrySettle | None = None,
+                 ask: Callable[[], str] | None = None, rows: list | None = None) -> None:
+        self.eos, self.sink_kafka, self.retried = eos, sink_kafka, retried
+        self.settle, self.ask = settle, ask
+        self.rows: list = rows if rows is not None else []
+        self.parts: dict[tuple[str, int], PartitionSink] = {}
+        self.tally = Tally()
+
+    def moved_to(self, part: PartitionSink | None, done_below: int | None, topic: str, partition: int
+                 ) -> PartitionSink:
+        """The task's records move on to `topic`/`partition` from `part`'s (None: the first). A
+        task of several partitions (coalesced: spark.antidote.tasksPerCore) reads each one's
+        records in one run, so `part` is done with below `done_below` (None: its outputs are
+        not written by the task): its buffered chunk is committed now rather than at the
+        task's end, and the chunks of the partitions before it are waited for, so a task holds
+        the outputs of two partitions at most, however many it reads. Correct for any order of
+        records: a partition read again later commits from there."""
+        if done_below is not None and part is not None:
+            for other in self.parts.values():
+                if other is not part:
+                    other.done()
+            part.commit(done_below)
+        found = self.parts.get((topic, partition))
+        if found is None:
+            found = PartitionSink.open(self.eos, self.sink_kafka, topic, partition, self.retried)
+            if self.settle is not None and done_below is not None:  # (its outputs are the task's to write)
+                found.held = Held(self.ask, self.rows, self.tally)
+            self.parts[(topic, partition)] = found
+        return found
+
+    def passed_retried(self, topic: str, now: int) -> None:
+        """A replay passed over a failure an earlier attempt settled (its entry's `retried`):
+        counted as retried again, as that attempt's result, which never reached the driver,
+        would have."""
+        cycle = self.settle.cycle_of(topic) if self.settle is not None else 1
+        self.tally.add(cycle, now)
+
+    def finish(self, ends: dict[tuple[str, int], int], writes: bool) -> None:
+        """A task's end: the rest of each partition's outputs and its entry, committed. With
+        the executor's writer, every partition's last chunk is sent before any is waited for."""
+        for where, part in self.parts.items():
+            if writes and where in ends:
+                part.commit(ends[where] + 1)
+        for part in self.parts.values():
+            part.done()
