@@ -223,13 +223,17 @@ def task_gated_flaky_upper(msg):
 def hang_then_fail(msg):
     """A downstream that lets calls time out: every call waits 4 s and then fails with
     TimeoutError, until the file $ANTIDOTE_TEST_CALLS_DIR/<topic>.fixed exists (the cause
-    fixed); then `upper`. A value starting with b"ok" needs no downstream: `upper` at once.
-    Each call is recorded as it starts (its time is the first call's)."""
+    fixed); then `upper`. A value starting with b"ok" needs no downstream: `upper` at once;
+    one starting with b"retry" fails at once on its first delivery (a fault of its own), then
+    is `upper`. Each call is recorded as it starts (its time is the first call's)."""
     _record(msg)
     folder = os.environ.get("ANTIDOTE_TEST_CALLS_DIR")
     fixed = folder and os.path.exists(os.path.join(folder, f"{msg.topic}.fixed"))
-    if fixed or (msg.value or b"").startswith(b"ok"):
-        return (msg.value or b"").upper()
+    value = msg.value or b""
+    if value.startswith(b"retry") and msg.attempt == 1:
+        raise ConnectionError(f"offset {msg.offset} failed on its first delivery")
+    if fixed or value.startswith((b"ok", b"retry")):
+        return value.upper()
     time.sleep(4)
     raise TimeoutError("downstream call timed out after 4s")
 

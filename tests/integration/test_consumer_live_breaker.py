@@ -6,11 +6,16 @@ a few failing messages is judged live too, and not disabled."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
 
+from antidote_api.names import ledger_topic
 from antidote_api.wire import ExitCode
+from antidote_consumer.driver.ledger import load_state
+from antidote_consumer.kafka import headers as h
+from antidote_consumer.kafka.sink_entries import SinkEntry
 
 from antidote_testkit import consumers as cu
 from antidote_testkit.kafka_io import produce, read_all
@@ -168,7 +173,11 @@ def test_outputs_committed_before_the_trip_stay_and_the_resumed_batch_passes_ove
     assert code == ExitCode.SYSTEMIC_FAILURE
     kept = Counter(r.value for r in read_all(kafka_bootstrap, sink))  # read_committed
     assert kept == Counter(b"OK-%d-%d" % (p, i) for p in (0, 1) for i in range(10)), kept
-    for topic in (s.topics.poison, s.topics.dlq, *s.topics.retry):
+    # The first chunks' failures, if the breaker said yes for them (worker.task_settle), are
+    # in retry-1, as their entries say; nothing else is written.
+    settled, written = settled_retries(kafka_bootstrap, s)
+    assert set(written) == settled and set(written.values()) <= {1}, written
+    for topic in (s.topics.poison, s.topics.dlq, *s.topics.retry[1:]):
         assert read_all(kafka_bootstrap, topic, missing_ok=True) == [], topic
 
     (calls_dir / f"{source}.fixed").touch()
@@ -181,3 +190,57 @@ def test_outputs_committed_before_the_trip_stay_and_the_resumed_batch_passes_ove
     again = Counter(w for w, _ in cu.call_log(calls_dir, source)[before:])
     assert len(again) == n - 20 and set(again.values()) == {1}
     assert all(int(w.rsplit("/", 1)[1]) >= 10 for w in again)
+
+
+def test_retries_a_task_settled_before_the_outage_was_seen_stay_and_the_resumed_batch_passes_over_them(
+        spark, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+    """Exactly-once sink, a task settling its retries (worker.task_settle): each partition's
+    first chunk (due 10 s after its first output, while later calls hang) holds two messages
+    that failed on their own and the first hanging ones; the breaker said yes for it (at most
+    10 of 26 failed, under 0.5, with 10 judged behind). Then the outage trips the breaker.
+    The retry records the tasks wrote are exactly those their entries say they settled, each
+    once, the two kinds' first among them, and not the whole outage; the resumed batch passes
+    over them and finishes: every output once, the counts exact."""
+    source, sink = topic_factory(partitions=2), topic_factory("-out")
+    n = 100
+    for p in (0, 1):  # 10 quick messages (two failing once), then 40 hanging ones, in each partition
+        produce(kafka_bootstrap, source, [
+            (None, (b"retry-%d-%d" if i in (3, 6) else b"ok-%d-%d" if i < 10 else b"m%d-%d") % (p, i), None)
+            for i in range(n // 2)], partition=p)
+    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
+              "queueDisable": {"failureRatio": {"threshold": 0.5, "window": "5m", "minMessages": 10}}}
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="hang_then_fail", sink=sink, policy=policy,
+                    name="live-settled", max_batch=n)
+    code, m = cu.run(spark, s, deadline=600)
+    assert code == ExitCode.SYSTEMIC_FAILURE
+
+    settled, written = settled_retries(kafka_bootstrap, s)
+    assert set(written) == settled and set(written.values()) == {1}, written
+    assert {(p, i) for p in (0, 1) for i in (3, 6)} <= settled  # the first chunks' own failures
+    assert len(settled) < 4 + n - 20  # not the whole outage: none once the breaker tripped
+    for topic in (s.topics.poison, s.topics.dlq):
+        assert read_all(kafka_bootstrap, topic, missing_ok=True) == [], topic
+
+    (calls_dir / f"{source}.fixed").touch()
+    code, m = cu.run(spark, cu.resumed(s), deadline=600)
+    assert code == ExitCode.OK
+    out = Counter(r.value for r in read_all(kafka_bootstrap, sink))
+    assert out == Counter(b"OK-%d-%d" % (p, i) if i < 10 and i not in (3, 6) else
+                          b"RETRY-%d-%d" % (p, i) if i < 10 else b"M%d-%d" % (p, i)
+                          for p in (0, 1) for i in range(n // 2)), out
+    assert settled_retries(kafka_bootstrap, s)[1] == written  # none written again
+    state = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
+    assert state.counts == {"processed": n, "retried": len(settled), "moved": 0, "rejected": 0, "dropped": 0}
+
+
+def settled_retries(kafka_bootstrap: str, s) -> tuple[set[tuple[int, int]], Counter]:
+    """The (partition, offset) of the source messages the tasks' ledger entries say they
+    settled as retries (worker.task_settle), and how many times each source message's record
+    is in retry-1 (read_committed)."""
+    settled = {(int(r.key.decode().rsplit(":", 1)[1]), o)
+               for r in read_all(kafka_bootstrap, ledger_topic(s.source.topic, s.namespace, s.consumer))
+               if r.key and r.key.startswith(f"sink:{s.source.topic}:".encode()) and r.value
+               for o in SinkEntry.from_json(json.loads(r.value)).retried}
+    written = Counter((r.partition, h.retry_state(r.headers).origin.offset)
+                      for r in read_all(kafka_bootstrap, s.topics.retry[0], missing_ok=True))
+    return settled, written

@@ -286,7 +286,7 @@ class Runtime:
                     self.metrics.largest_record.labels(**self.metrics.ids).set(self.arrow.largest)
                 log.info("%s: %d messages, %d failed, in %.2fs (commit %.2fs)",
                          f"batch {batch_id}" if batch_id is not None else "retry batch",
-                         result.n_ok + len(result.failures), len(result.failures),
+                         result.n_ok + result.n_failed, result.n_failed,
                          time.monotonic() - started, time.monotonic() - executed)
                 return result
             except QueueDisabled as err:

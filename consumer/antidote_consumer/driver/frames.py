@@ -297,6 +297,11 @@ class BatchResult:
     settled_due: int | None = None
     settled_capped: int = 0
 
+    @property
+    def n_failed(self) -> int:
+        """Its failed messages: the rows the driver settles, and the retries the tasks did."""
+        return len(self.failures) + sum(self.settled.values())
+
     def add_settled(self, cycle: int, n: int, due: int | None, capped: int) -> None:
         self.settled[cycle] = self.settled.get(cycle, 0) + n
         if due is not None:

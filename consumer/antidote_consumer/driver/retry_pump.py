@@ -294,7 +294,7 @@ class RetryPump:
         except BaseException:
             self.reader.forget()
             raise
-        n = result.n_ok + len(result.failures)
+        n = result.n_ok + result.n_failed
         self._ran("executors", n)
         dues = [d for d in [planned.next_due, *(due for _o, due in result.waiting.values())] if d is not None]
         return n, min(dues, default=None), planned.incomplete
