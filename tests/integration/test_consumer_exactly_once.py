@@ -11,6 +11,8 @@ import json
 import shutil
 from collections import Counter
 
+import pytest
+
 from antidote_api.names import ledger_topic
 from antidote_consumer.driver.ledger import load_state
 from antidote_consumer.kafka import headers as h
@@ -22,24 +24,32 @@ from .cut_short import abort_open_transaction
 from .test_consumer_process import exited, kill9, wait_until
 
 POLICY = {"retries": {"immediate": 0, "cycles": 2, "cycleDelay": "2s"}}
+# No retry cycle: a poison message's record is its disposition's, written by the task that
+# failed it (worker.task_settle); a flaky one succeeds at its immediate retry.
+FINALS = {"retries": {"immediate": 1, "cycles": 0}}
 
 
-def value(i: int, gate: int) -> bytes:
-    if i % 40 == 7:
+def value(i: int, gate: int, poison_every: int = 40) -> bytes:
+    if i % poison_every == 7:
         return b"poison %d" % i
     if i % 25 == 3:
         return b"m%d flaky-1" % i  # fails its first delivery, succeeds in retry cycle 1
     return b"m%d gate" % i if i == gate else b"m%d" % i
 
 
+@pytest.mark.parametrize("settled", ["retried", "final"])
 def test_sigkill_between_the_tasks_commits_and_the_drivers_then_a_lost_checkpoint_writes_each_output_once(
-        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir) -> None:
+        stack, kafka_bootstrap, topic_factory, tmp_path, calls_dir, settled) -> None:
     source, sink = topic_factory(partitions=2), topic_factory("-out")
     n, gate = 240, 150
-    produce(kafka_bootstrap, source, [(b"k%d" % i, value(i, gate), None) for i in range(n)])
-    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=POLICY, name="eos")
+    # Final failures: poison in every partition's share of a batch of 40, so the task not
+    # held commits some with its chunk while the other is held.
+    every = 40 if settled == "retried" else 8
+    produce(kafka_bootstrap, source, [(b"k%d" % i, value(i, gate, every), None) for i in range(n)])
+    policy = POLICY if settled == "retried" else FINALS
+    s = cu.settings(kafka_bootstrap, source, tmp_path, policy=policy, name="eos")
     args = cu.write_manifests(tmp_path, name="eos", namespace="tests", bootstrap=kafka_bootstrap, source=source,
-                              handler="tests.integration.handlers:gated_flaky_upper", policy=POLICY,
+                              handler="tests.integration.handlers:gated_flaky_upper", policy=policy,
                               sink=sink, max_batch=40)
     log = tmp_path / "consumer.log"
     src = {(r.partition, r.offset): r for r in read_all(kafka_bootstrap, source)}
@@ -51,20 +61,23 @@ def test_sigkill_between_the_tasks_commits_and_the_drivers_then_a_lost_checkpoin
     proc = start(stack, calls_dir, log, args, ANTIDOTE_TEST_DELAY="0.01")
 
     def between_commits() -> bool:
-        # The held batch has begun, earlier failures wait in retry-1, and an executor has
-        # committed outputs and retry records it settled itself (its ledger entry ahead of the
-        # position, with retried offsets past it) that the driver has not.
+        # The held batch has begun, earlier failures wait in retry-1 (or poison), and an
+        # executor has committed outputs and failures' records it settled itself (its ledger
+        # entry ahead of the position, with settled offsets past it) that the driver has not.
         if not cu.calls(calls_dir, source)[f"{source}/{at[0]}/{at[1]}"]:
             return False
-        if not read_all(kafka_bootstrap, s.topics.retry[0], missing_ok=True):
+        first = s.topics.retry[0] if settled == "retried" else s.topics.poison
+        if not read_all(kafka_bootstrap, first, missing_ok=True):
             return False
         state = load_state(kafka_bootstrap, ledger)
-        return any(e.next > state.positions.get(k, 0) and max(e.retried, default=-1) >= state.positions.get(k, 0)
-                   for k, e in state.sink.items() if k.startswith(f"{source}:"))
-    wait_until(between_commits, 180, proc, log, "a task's commit with its retries ahead of the driver's")
+        return any(e.next > state.positions.get(k, 0) and max(
+            e.retried if settled == "retried" else [o for _, offsets in e.final for o in offsets],
+            default=-1) >= state.positions.get(k, 0) for k, e in state.sink.items() if k.startswith(f"{source}:"))
+    wait_until(between_commits, 180, proc, log, f"a task's commit with its {settled} ahead of the driver's")
     kill9(proc)
     held.unlink()
-    lost_checkpoint_then_each_output_once(stack, kafka_bootstrap, tmp_path, calls_dir, log, args, s, sink, src)
+    lost_checkpoint_then_each_output_once(stack, kafka_bootstrap, tmp_path, calls_dir, log, args, s, sink, src,
+                                          settled)
 
 
 
@@ -118,7 +131,7 @@ def test_a_task_of_several_partitions_commits_each_as_it_moves_on_and_a_sigkill_
 
 
 def lost_checkpoint_then_each_output_once(stack, kafka_bootstrap, tmp_path, calls_dir, log, args, s, sink,
-                                          src: dict) -> None:
+                                          src: dict, settled: str = "retried") -> None:
     """After the kill: what the killed run committed is there once; its checkpoint is lost and
     a new run finishes. A read_committed reader of the sink sees every processed message's
     output once, each poison message is quarantined once, and the ledger's counts are exact."""
@@ -137,7 +150,8 @@ def lost_checkpoint_then_each_output_once(stack, kafka_bootstrap, tmp_path, call
     assert outputs == expected, {v: c for v, c in outputs.items() if c != 1}
     state = load_state(kafka_bootstrap, ledger_topic(s.source.topic, s.namespace, s.consumer))
     flaky = sum(1 for r in src.values() if b"flaky-1" in r.value)
-    assert state.counts == {"processed": len(src) - len(poison), "retried": flaky + 2 * len(poison),
+    retried = flaky + 2 * len(poison) if settled == "retried" else 0
+    assert state.counts == {"processed": len(src) - len(poison), "retried": retried,
                             "moved": len(poison), "rejected": 0, "dropped": 0}
     # Each retry record once, whoever wrote it: the tasks, with their chunks, the retries the
     # breaker said yes to (worker.task_settle; their entries say so), the driver the others.
@@ -146,11 +160,12 @@ def lost_checkpoint_then_each_output_once(stack, kafka_bootstrap, tmp_path, call
         for r in read_all(kafka_bootstrap, topic, missing_ok=True):
             st = h.retry_state(r.headers)
             retries[(st.origin.partition, st.origin.offset, st.cycle)] += 1
-    assert max(retries.values()) == 1 and sum(retries.values()) == state.counts["retried"]
-    assert any(task_settled(r) for r in read_all(kafka_bootstrap, ledger_topic(s.source.topic, s.namespace,
-                                                                                s.consumer)))
+    assert max(retries.values(), default=1) == 1 and sum(retries.values()) == retried
+    assert any(task_settled(r, settled) for r in read_all(kafka_bootstrap, ledger_topic(
+        s.source.topic, s.namespace, s.consumer)))
 
 
-def task_settled(r) -> bool:
-    """A ledger record that is a task's entry with retries it settled itself."""
-    return bool(r.key and r.key.startswith(b"sink:") and r.value and json.loads(r.value).get("retried"))
+def task_settled(r, settled: str) -> bool:
+    """A ledger record that is a task's entry with failures it settled itself (`settled`:
+    "retried" or "final")."""
+    return bool(r.key and r.key.startswith(b"sink:") and r.value and json.loads(r.value).get(settled))

@@ -55,7 +55,7 @@ def test_the_driver_passes_the_entries_ahead_of_their_positions_and_what_is_fres
     cfg = WorkerConfig("m:h", "src", 0, 0, frozenset(), None, {"topic": "out"}, False, exactly_once=EOS)
     sink = SinkState()
     first = sink.current(cfg, state)
-    assert first.exactly_once.entries == (("src:0", 50, 70, (60,), ()),)  # src:1 is settled
+    assert first.exactly_once.entries == (("src:0", 50, '{"next": 70, "pending": [[60, 60]]}'),)  # src:1 is settled
     assert first.exactly_once.fresh == frozenset() and not first.emit_outputs
     assert first.exactly_once.entry("src:0") == (50, SinkEntry(70, frozenset({60})))
     result = BatchResult(ends={("src", 0): 90}, sink={"src:0": {"next": 91, "pending": []}})

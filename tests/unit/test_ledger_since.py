@@ -43,7 +43,8 @@ def test_a_task_is_told_where_the_drivers_copy_is_current_and_a_fresh_partition_
     sink = SinkState(follows=True)
     sink.tail = LedgerTail({"src:0": SinkEntry(70)}, known=1000)  # as loaded, to offset 1000
     eos = sink.current(CFG, state).exactly_once
-    assert eos.since == 1000 and eos.fresh == frozenset() and eos.entries == (("src:0", 50, 70, (), ()),)
+    assert eos.since == 1000 and eos.fresh == frozenset()
+    assert eos.entries == (("src:0", 50, '{"next": 70, "pending": []}'),)
     # A run: src:0's task wrote an entry the tail has not read yet; src:1's found none.
     sink.ran(BatchResult(ends={("src", 0): 90, ("src", 1): 60}, sink={"src:0": {"next": 91, "pending": []}}))
     eos = sink.current(CFG, state).exactly_once
@@ -57,7 +58,9 @@ def test_a_task_is_told_where_the_drivers_copy_is_current_and_a_fresh_partition_
     record(sink.tail, 1000, "src:0", SinkEntry(91))
     record(sink.tail, 1001, "src:1", SinkEntry(64, frozenset({55})))
     eos = sink.current(CFG, state).exactly_once
-    assert eos.since == 1002 and eos.entries == (("src:0", 50, 91, (), ()), ("src:1", 50, 64, (55,), ()))
+    assert eos.since == 1002 and eos.entry("src:0") == (50, SinkEntry(91))
+    assert eos.entry("src:1") == (50, SinkEntry(64, frozenset({55})))
+    assert [k for k, _, _ in eos.entries] == ["src:0", "src:1"]
 
 
 def test_without_a_tail_a_task_reads_the_whole_ledger() -> None:

@@ -28,7 +28,7 @@ from .frames import (BatchResult, HandlerMap, batch_result, attempts_before, bat
 from .isolation import bisect, last_offsets
 from .ledger import Ledger, LedgerState
 from .live_breaker import spark_run, started as live_breaker
-from .worker_config import retry_settle, worker_config
+from .worker_config import task_settle, worker_config
 from .liveness import RunBounds
 from .metrics import Metrics
 from .outcomes import Targets
@@ -96,7 +96,7 @@ class Runtime:
                                max_held=self.cfg.max_held)
         self.live = live_breaker(spark, self.settler.systemic, reports_port)  # judged as attempts end
         self.cfg = dataclasses.replace(self.cfg, reports=self.live.target(),  # tasks read the run from Spark
-                                       settle=retry_settle(settings, partitions, self.max_bytes, self.live))
+                                       settle=task_settle(settings, partitions, self.max_bytes, self.live))
 
     # --- start-up -----------------------------------------------------------------------
     def recover(self) -> LedgerState:

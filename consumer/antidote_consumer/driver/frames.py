@@ -296,11 +296,20 @@ class BatchResult:
     settled: dict[int, int] = field(default_factory=dict)
     settled_due: int | None = None
     settled_capped: int = 0
+    # Final failures the tasks settled: (reason, disposition) -> [messages, systemic signals],
+    # and the last one's (reason, error class, origin, disposition) when a task knew it.
+    settled_finals: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    settled_last: tuple | None = None
 
     @property
     def n_failed(self) -> int:
-        """Its failed messages: the rows the driver settles, and the retries the tasks did."""
-        return len(self.failures) + sum(self.settled.values())
+        """Its failed messages: the rows the driver settles, and those the tasks did."""
+        return len(self.failures) + sum(self.settled.values()) + sum(n for n, _ in self.settled_finals.values())
+
+    def add_final(self, reason: str, disposition: str, n: int, signals: int) -> None:
+        held = self.settled_finals.setdefault((reason, disposition), [0, 0])
+        held[0] += n
+        held[1] += signals
 
     def add_settled(self, cycle: int, n: int, due: int | None, capped: int) -> None:
         self.settled[cycle] = self.settled.get(cycle, 0) + n
@@ -326,6 +335,9 @@ class BatchResult:
             for cycle, n in result.settled.items():
                 out.add_settled(cycle, n, result.settled_due, 0)
             out.settled_capped += result.settled_capped
+            for (reason, disposition), (n, signals) in result.settled_finals.items():
+                out.add_final(reason, disposition, n, signals)
+            out.settled_last = result.settled_last or out.settled_last
         return out
 
 
@@ -344,8 +356,13 @@ def batch_result(rows) -> BatchResult:
             result.chains[r.partition] = r.error_message
         elif r.kind == "waiting":
             result.wait_at((r.topic, r.partition), r.offset, r.last_failure)
-        elif r.kind == SETTLED:
+        elif r.kind == SETTLED and r.reason is None:  # retries, per cycle
             result.add_settled(r.cycle, r.n_ok, r.last_failure, r.retry_after or 0)
+        elif r.kind == SETTLED:  # final failures, per reason and disposition
+            result.add_final(r.reason, r.disposition, r.n_ok, r.n_attempts)
+            if r.otopic is not None:
+                result.settled_last = (r.reason, r.error_class, h.Origin(r.otopic, r.opartition, r.ooffset, r.ots),
+                                       r.disposition)
         elif r.kind == "sink":
             result.sink[f"{r.topic}:{r.partition}"] = json.loads(r.error_message)
         elif r.kind == "ok":  # an output to write with the settle (exactly-once, emitted)

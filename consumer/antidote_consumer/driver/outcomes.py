@@ -163,6 +163,8 @@ def settlement(t: Targets, before: LedgerState, result: BatchResult, isolated: l
     if result.settled_due is not None:
         out.dues.append(result.settled_due)
     out.capped += result.settled_capped
+    for (_reason, disp), (n, _signals) in result.settled_finals.items():  # their records are written
+        counts[OUTCOME_OF[disp]] += n
     for *_, disp in out.poisoned:
         counts[OUTCOME_OF[disp]] += 1
     counts["moved"] += len(out.overflowed)

@@ -45,8 +45,12 @@ class Settler:
         settles) with nothing of the batch written."""
         if not isolated:
             failed, total = judged(result.n_ok, result.failures)
-            settled = sum(result.settled.values())  # retries the tasks wrote: failed, judged
-            failed, total = failed + settled, total + settled
+            # Failures the tasks settled: judged, and failed (the retries, and the final ones
+            # whose failure is a systemic signal).
+            settled = sum(result.settled.values())
+            finals = result.settled_finals.values()
+            failed += settled + sum(signals for _, signals in finals)
+            total += settled + sum(n for n, _ in finals)
             if self.systemic.tripped(failed, total, time.monotonic()):
                 raise self.systemic.disabled(failed, total)
         stop = outcomes.fault_stop(self.t.s, result, isolated)
@@ -96,6 +100,15 @@ class Settler:
         m.consecutive.labels(**ids).set(0)
         for reason, _error_class, _origin, disposition in done.poisoned:
             m.poison.labels(**ids, reason=reason, disposition=disposition).inc()
+        for (reason, disposition), (n, _signals) in result.settled_finals.items():  # the tasks'
+            m.count(OUTCOME_OF[disposition], n)
+            m.poison.labels(**ids, reason=reason, disposition=disposition).inc(n)
+        if result.settled_last is not None and not done.poisoned:
+            reason, error_class, origin, disposition = result.settled_last
+            self.last_poison(reason, error_class, origin)
+            log.warning("%d message(s) got their disposition in their tasks; last: %s/%d/%d (%s, %s, %s)",
+                        sum(n for n, _ in result.settled_finals.values()), origin.topic, origin.partition,
+                        origin.offset, reason, error_class, disposition)
         if done.poisoned:
             reason, error_class, origin, disposition = done.poisoned[-1]
             self.last_poison(reason, error_class, origin)

@@ -14,6 +14,7 @@ worker's, a bisection's segments) are written with the settle instead."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 
 from antidote_consumer.kafka.sink_entries import SinkEntry
@@ -54,8 +55,8 @@ class SinkState:
                      if (e := (self.told.get(k) if k in fresh else view.get(k))) is not None}
         ahead = {k: e for k, e in known.items() if e.next > state.positions.get(k, 0)}
         eos = dataclasses.replace(
-            eos, entries=tuple((k, state.positions.get(k, 0), e.next, tuple(sorted(e.pending)),
-                                tuple(sorted(e.retried))) for k, e in sorted(ahead.items())),
+            eos, entries=tuple((k, state.positions.get(k, 0), json.dumps(e.to_json()))
+                               for k, e in sorted(ahead.items())),
             fresh=fresh, since=since)
         return dataclasses.replace(cfg, exactly_once=eos, emit_outputs=cfg.emit_outputs or emit or self.emit)
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from antidote_api.formats import needs_registry, sink_subject
 from antidote_api.names import ledger_names, transactional_id
+from antidote_api.redaction import KEEP
 from antidote_api.semantics import EffectiveSettings, retry_after_bound
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.governance import Governance
-from antidote_consumer.worker.sink_txn import ExactlyOnce
-from antidote_consumer.worker.task_settle import RetrySettle
 from antidote_consumer.worker.registry import secret_dir_of
+from antidote_consumer.worker.sink_txn import ExactlyOnce
+from antidote_consumer.worker.task_settle import TaskSettle
 
 
 def formats(s: EffectiveSettings) -> dict | None:
@@ -75,19 +76,25 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
         governance=governance(s))
 
 
-def retry_settle(s: EffectiveSettings, partitions: int, max_bytes: dict[str, int], live) -> RetrySettle | None:
+def task_settle(s: EffectiveSettings, partitions: int, max_bytes: dict[str, int], live) -> TaskSettle | None:
     """WorkerConfig.settle: what the tasks of an exactly-once Kafka sink need to write their
-    failures' retry records with their chunks (worker.task_settle), from the settings the
-    driver's own settle uses (driver.outcome_records.retry_record). None (every failure goes
-    to the driver, as before): another sink, ordering Key (a key's chains are the driver's),
-    or a breaker that is on but has no endpoint to ask (`live`: driver.live_breaker.LiveBreaker)."""
+    failures' records with their chunks (worker.task_settle), from the settings the driver's
+    own settle uses (driver.outcome_records). None (every failure goes to the driver, as
+    before): another sink, ordering Key (a key's chains are the driver's), or a breaker that
+    is on but has no endpoint to ask (`live`: driver.live_breaker.LiveBreaker). Final
+    failures stay the driver's when their records are reshaped (quarantine redaction, native
+    headers)."""
     kafka = s.sink.kafka if s.sink is not None else None
     breaker = live.rule.enabled
     if kafka is None or kafka.delivery != "ExactlyOnce" or s.ordering == "Key" or (breaker and live.url is None):
         return None
     bound = retry_after_bound(s.retries)
-    return RetrySettle(
+    derived = {*s.topics.retry, s.topics.poison, s.topics.dlq, *(r.topic for r in s.routes or () if r.topic)}
+    return TaskSettle(
         retry_topics=tuple(s.topics.retry), delays_ms=tuple(d.ms for d in s.retries.cycle_delays),
         bound_ms=bound.ms if bound is not None else None, partitions=partitions,
-        max_bytes=tuple((t, n) for t, n in sorted(max_bytes.items()) if t in s.topics.retry),
-        consumer=ledger_names(s).consumer_id, policy=s.policy, ask=breaker)
+        max_bytes=tuple((t, n) for t, n in sorted(max_bytes.items()) if t in derived),
+        consumer=ledger_names(s).consumer_id, policy=s.policy, ask=breaker,
+        finals=(s.quarantine is None or s.quarantine.payload == KEEP) and not s.native_headers,
+        disposition=s.disposition, poison_topic=s.topics.poison, dlq_topic=s.topics.dlq,
+        routes=tuple((r.disposition, r.topic) for r in s.routes or ()))

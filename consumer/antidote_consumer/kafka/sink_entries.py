@@ -1,10 +1,11 @@
 """What an exactly-once sink's ledger entries say (docs/consumer.md, "Exactly-once to a Kafka
-sink"): `sink:<topic>:<partition>` = {"next": N, "pending": [[a, b], ...], "retried": [...]}.
-Every offset below `next`, from the partition's ledger position on, has its output committed
-(or needs none), except the pending ones (ranges, ends included): failed, held or not
-attempted messages, whose outcomes the driver settles. `retried` (absent when empty): failed
-messages whose retry record the task wrote in the same transaction (worker.task_settle); a
-replay passes over them too, and counts them as retried, not processed. An executor writes
+sink"): `sink:<topic>:<partition>` = {"next": N, "pending": [[a, b], ...], "retried": [...],
+"final": {"<reason>/<disposition>": [...]}}. Every offset below `next`, from the partition's
+ledger position on, has its output committed (or needs none), except the pending ones
+(ranges, ends included): failed, held or not attempted messages, whose outcomes the driver
+settles. `retried` and `final` (absent when empty): failed messages whose retry record, or
+disposition's record, the task wrote in the same transaction (worker.task_settle); a replay
+passes over them too, and counts them as retried, or under their disposition. An executor writes
 it in the transaction that commits the outputs and records it covers; the driver only reads
 it (at start, from the ledger).
 
@@ -62,16 +63,32 @@ class SinkEntry:
     next: int
     pending: frozenset[int] = frozenset()
     retried: frozenset[int] = frozenset()  # settled by the task: their retry records are written
+    # Settled by the task with their disposition: ("<reason>/<disposition>", offsets), sorted
+    final: tuple[tuple[str, frozenset[int]], ...] = ()
 
     def to_json(self) -> dict:
         out: dict = {"next": self.next, "pending": ranges(self.pending)}
         if self.retried:
             out["retried"] = ranges(self.retried)
+        if self.final:
+            out["final"] = {name: ranges(offsets) for name, offsets in self.final}
         return out
 
     @classmethod
     def from_json(cls, value: dict) -> SinkEntry:
-        return cls(int(value["next"]), _offsets(value, "pending"), _offsets(value, "retried"))
+        final = value.get("final") or {}
+        return cls(int(value["next"]), _offsets(value, "pending"), _offsets(value, "retried"),
+                   tuple((name, _offsets(final, name)) for name in sorted(final)))
+
+    def settled_as(self, offset: int) -> str | None:
+        """How a task settled `offset`'s failure: "retried", a final's "<reason>/<disposition>",
+        or None (an output, or nothing)."""
+        if offset in self.retried:
+            return "retried"
+        for name, offsets in self.final:
+            if offset in offsets:
+                return name
+        return None
 
     def covers(self, offset: int) -> bool:
         """Whether `offset`'s output is committed (or it needs none): a replay passes it over."""

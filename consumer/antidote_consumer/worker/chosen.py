@@ -57,4 +57,9 @@ def systemic_signal(row: Any) -> bool:
     verdict on the message itself, and a burst of bad messages must be quarantined, not
     pause the queue. (A nonRetryable class listed in the policy still counts, as before; a
     handler-chosen Retry counts, like any failure: it says the downstream is not ready.)"""
-    return row.reason != PoisonReason.VALIDATION.value and getattr(row, "chosen", None) != CHOSE_NON_RETRYABLE
+    return signal_of(row.reason, getattr(row, "chosen", None))
+
+
+def signal_of(reason: str | None, chosen: str | None) -> bool:
+    """systemic_signal of a failure's reason and choice."""
+    return reason != PoisonReason.VALIDATION.value and chosen != CHOSE_NON_RETRYABLE

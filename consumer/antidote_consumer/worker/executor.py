@@ -28,7 +28,8 @@ from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
 from .sink_txn import ExactlyOnce, PartitionSink, retried_task
-from .task_settle import RetrySettle, candidate
+from .chosen import signal_of
+from .task_settle import TaskSettle, candidate, final_candidate
 from .task_sinks import TaskSinks
 from .verdict import Verdict
 
@@ -60,6 +61,7 @@ RESULT_COLUMNS = [
     # (spark.ArrowRows); 0 from the local worker, whose rows are never Arrow.
     ("largest", "long"),
     ("route", "int"),  # the policy's route a final failure takes (spec.routes index; governance.py)
+    ("disposition", "string"),  # a "settled" row's of final failures (task_settle)
 ]
 RESULT_SCHEMA = ", ".join(f"{name} {ddl}" for name, ddl in RESULT_COLUMNS)
 RESULT_FIELDS = [name for name, _ in RESULT_COLUMNS]
@@ -98,6 +100,7 @@ class ResultRow(NamedTuple):
     retry_after: int | None
     largest: int | None
     route: int | None
+    disposition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,8 @@ class WorkerConfig:
     # spec.sink.kafka.valueFormat: outputs encoded with a registry's schema (encode.py)
     sink_format: dict | None = None
     governance: Governance | None = None  # spec.routes, retries/validation.maxAge (governance.py)
-    # Retries the task may write itself with its chunks (task_settle; exactly-once writes only)
-    settle: RetrySettle | None = None
+    # Failures the task may settle itself with its chunks (task_settle; exactly-once writes only)
+    settle: TaskSettle | None = None
     # The driver's attempt reports endpoint, (url, secret, run): worker/attempt_reports.py
     reports: tuple[str, str, str] | None = None
 
@@ -243,10 +246,11 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                 read_at = offset  # every offset of `part` below it is done with
                 if part.carried is not None and part.covers(offset):
                     # Its output (or retry record) is committed: a replay does not run it again.
-                    if offset in part.carried.retried:
-                        sinks.passed_retried(topic, now)
-                    else:
+                    how = part.carried.settled_as(offset)
+                    if how is None:
                         n_ok += 1
+                    else:
+                        sinks.passed(topic, how, now)
                     continue
                 if writes and part.due():
                     part.commit(offset)
@@ -343,7 +347,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                     if fault_stops and result.verdict is Verdict.FINAL and result.route is None:
                         faulted.add((topic, partition))
                         if part is not None:
-                            part.stop = offset + 1  # it (pending) and nothing after it
+                            part.stop, part.faulted = offset + 1, True  # it (pending) and nothing after it
                     if order is not None:
                         order.after(msg.partition, key, msg.offset, now=now,
                                     retry_cycle=cycle + 1 if result.verdict is Verdict.RETRY else None)
@@ -352,11 +356,16 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                                cycle, result.reason.value if result.reason else None, result.error_class,
                                result.error_message, result.stack, since, now, None, result.chosen,
                                result.retry_after, result.route)
-                    if settle is not None and result.verdict is Verdict.RETRY and part is not None:
+                    if settle is not None and part is not None:
                         c = candidate(settle, offset, row, key=key, value=value, user=list(user), origin=origin,
                                       attempts=tried, cycle=cycle, first_failure=since, now=now,
                                       error_class=result.error_class, error_message=result.error_message,
-                                      stack=result.stack, retry_after=result.retry_after)
+                                      stack=result.stack, retry_after=result.retry_after
+                                      ) if result.verdict is Verdict.RETRY else final_candidate(
+                            settle, offset, row, key=key, value=value, user=list(user), origin=origin,
+                            attempts=tried, cycle=cycle, first_failure=since, now=now, reason=row[13],
+                            error_class=result.error_class, error_message=result.error_message,
+                            stack=result.stack, route=result.route, signal=signal_of(row[13], result.chosen))
                         if c is not None:
                             part.settle(c)  # written with its chunk if the breaker says yes (task_settle)
                             continue
@@ -401,7 +410,7 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                   json.dumps(p.carried.to_json()), None, None, None, None)
     chains = order.results() if order is not None else []
     end_rows = result_rows.summary(RESULT_FIELDS, n_ok=n_ok, n_attempts=n_attempts, largest=largest, ends=ends,
-                                   chains=chains, waiting=waiting, settled=sinks.tally.rows() if sinks else [])
+                                   chains=chains, waiting=waiting, settled=sinks.tally if sinks else None)
     # The rows still gathered go with the summary, in one batch.
     last = _columns(out)
     for name in RESULT_FIELDS:

@@ -10,11 +10,30 @@ from typing import Any
 
 from antidote_consumer.kafka import headers as h
 
-from .task_settle import SETTLED
+from .task_settle import SETTLED, Tally
 
 
 def summary(fields: list[str], *, n_ok: int, n_attempts: int, largest: int, ends: dict, chains: list,
-            waiting: dict, settled: list[tuple[int, int, int | None, int]]) -> dict[str, list[Any]]:
+            waiting: dict, settled: Tally | None) -> dict[str, list[Any]]:
+    """The end rows' columns, the settled failures' rows last (`finals`)."""
+    retries = settled.rows() if settled is not None else []
+    out = _summary(fields, n_ok=n_ok, n_attempts=n_attempts, largest=largest, ends=ends, chains=chains,
+                   waiting=waiting, settled=retries)
+    for reason, disposition, n, signals, last in settled.final_rows() if settled is not None else ():
+        for name in fields:
+            out[name].append(None)
+        # n in n_ok, the systemic signals in n_attempts; the last one's error class and origin
+        # (the last-poison gauge) on its group's row.
+        origin = last.origin if last is not None else None
+        for name, value in (("kind", SETTLED), ("reason", reason), ("disposition", disposition), ("n_ok", n),
+                            ("n_attempts", signals), ("error_class", last.error_class if last else None),
+                            *(zip(("otopic", "opartition", "ooffset", "ots"), origin) if origin else ())):
+            out[name][-1] = value
+    return out
+
+
+def _summary(fields: list[str], *, n_ok: int, n_attempts: int, largest: int, ends: dict, chains: list,
+             waiting: dict, settled: list[tuple[int, int, int | None, int]]) -> dict[str, list[Any]]:
     """The end rows' columns. `settled`: (cycle, n, earliest due, capped) (task_settle.Tally)."""
     n = 1 + len(ends) + len(chains) + len(waiting) + len(settled)
     out: dict[str, list[Any]] = {name: [None] * n for name in fields}
@@ -46,7 +65,7 @@ def row(kind, key, value, headers, origin: h.Origin, topic, partition, offset, a
     # the local worker's rows travel to the driver as they are (pickled: no dict per header).
     return (kind, key, value, list(headers), origin.topic, origin.partition, origin.offset,
             origin.timestamp, topic, partition, offset, attempts, cycle, reason, error_class,
-            error_message, stack, first, last, output, None, None, chosen, retry_after, None, route)
+            error_message, stack, first, last, output, None, None, chosen, retry_after, None, route, None)
 
 
 def emit(out: list[tuple], *args, **kw) -> None:

@@ -24,7 +24,7 @@ from antidote_api.names import sink_transactional_id
 from antidote_consumer.kafka.sink_entries import SinkEntry, entry_key, read_entry
 
 from . import sink, txn_writer
-from .task_settle import Held
+from .task_settle import Held, label
 from .txn_writer import COMMIT_TIMEOUT_S, init_producer  # one producer setup, the writer's
 
 # A chunk is written before the next message once this much waits, or its first output has
@@ -53,9 +53,9 @@ class ExactlyOnce:
 
     ledger_topic: str
     ledger_writer: str  # the ledger writer's transactional id: the partitions' ids' prefix
-    # "topic:partition" -> (the ledger's position, the entry's next, its pending offsets, its
-    # retried ones), for the partitions whose entry is ahead of their position (after a crash).
-    entries: tuple[tuple[str, int, int, tuple[int, ...], tuple[int, ...]], ...] = ()
+    # "topic:partition" -> (the ledger's position, the entry: SinkEntry.to_json), for the
+    # partitions whose entry is ahead of their position (after a crash).
+    entries: tuple[tuple[str, int, str], ...] = ()
     # The partitions whose entries the driver knows to be current: fenced and read by a task
     # of this driver since its start and since the last failed job. A task of any other
     # partition (an attempt that died may have committed an entry the driver has not seen)
@@ -67,9 +67,9 @@ class ExactlyOnce:
     since: int = 0
 
     def entry(self, where: str) -> tuple[int, SinkEntry] | None:
-        for key, position, nxt, pending, retried in self.entries:
+        for key, position, entry in self.entries:
             if key == where:
-                return position, SinkEntry(nxt, frozenset(pending), frozenset(retried))
+                return position, SinkEntry.from_json(json.loads(entry))
         return None
 
 
@@ -155,9 +155,11 @@ class PartitionSink:
     position: int = 0  # the ledger's position at the batch's start (below it: settled)
     carried: SinkEntry | None = None  # the entry a crashed run left, ahead of the position
     pending: set[int] = field(default_factory=set)
-    retried: set[int] = field(default_factory=set)  # settled by this task (task_settle)
+    retried: set[int] = field(default_factory=set)  # settled (task_settle): retries,
+    final: dict[str, set[int]] = field(default_factory=dict)  # and final ones, by their label
     held: Held | None = None  # the chunk's failures the task may settle itself
     stop: int | None = None  # the partition stops here (a record not due yet; a Fault)
+    faulted: bool = False  # at a Fault: its chunk's failures are the driver's (task_settle)
     buffer: Records = field(default_factory=Records)
     size: int = 0
     start: int = -1  # the first offset the buffered chunk covers (the last commit's end)
@@ -197,6 +199,7 @@ class PartitionSink:
         if part.carried is not None:
             part.pending = {o for o in part.carried.pending if o >= part.position}
             part.retried = {o for o in part.carried.retried if o >= part.position}
+            part.final = {name: {o for o in offsets if o >= part.position} for name, offsets in part.carried.final}
         return part
 
     def _producer(self):
@@ -248,7 +251,7 @@ class PartitionSink:
         assert self.held is not None
         self.pend(candidate.offset)
         self.held.waiting.append(candidate)
-        self.size += len(candidate.record[3] or b"")
+        self.size += len(candidate.record[3] or b"") if candidate.record is not None else 0
         if self.due_at == math.inf:
             self.due_at = time.monotonic() + CHUNK_AGE_S
 
@@ -257,11 +260,14 @@ class PartitionSink:
         are settled once the chunk is committed."""
         if self.held is None or not self.held.waiting:
             return []
-        settled = self.held.decide(self.stop is not None)
+        settled = self.held.decide(self.faulted)
         for c in settled:
             self.pending.discard(c.offset)
-            self.retried.add(c.offset)
-        return [c.record for c in settled]
+            if c.final is None:
+                self.retried.add(c.offset)
+            else:
+                self.final.setdefault(label(c.final), set()).add(c.offset)
+        return [c.record for c in settled if c.record is not None]
 
     def due(self) -> bool:
         """Whether the buffered chunk is to be committed before the next message (False while
@@ -276,7 +282,8 @@ class PartitionSink:
             # A replay that ends before the crashed run did: what it has not reached stays.
             pending |= {o for o in self.carried.pending if o >= nxt}
             nxt = self.carried.next
-        return SinkEntry(nxt, frozenset(pending), frozenset(self.retried))
+        return SinkEntry(nxt, frozenset(pending), frozenset(self.retried),
+                         tuple((name, frozenset(o)) for name, o in sorted(self.final.items()) if o))
 
     def commit(self, upto: int) -> SinkEntry | None:
         """Writes the buffered outputs and the entry for every offset below `upto` in one

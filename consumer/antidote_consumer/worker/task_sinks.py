@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .sink_txn import ExactlyOnce, PartitionSink
-from .task_settle import Held, RetrySettle, Tally
+from .task_settle import RETRIED, Final, Held, TaskSettle, Tally
 
 
 class TaskSinks:
@@ -15,7 +15,7 @@ class TaskSinks:
     their chunks (None: every failure goes back to the driver), once `ask` says yes (None:
     no breaker to ask); the rows of those that are not go to `rows`, the task's result rows."""
 
-    def __init__(self, eos: ExactlyOnce, sink_kafka: dict, retried: bool, settle: RetrySettle | None = None,
+    def __init__(self, eos: ExactlyOnce, sink_kafka: dict, retried: bool, settle: TaskSettle | None = None,
                  ask: Callable[[], str] | None = None, rows: list | None = None) -> None:
         self.eos, self.sink_kafka, self.retried = eos, sink_kafka, retried
         self.settle, self.ask = settle, ask
@@ -45,12 +45,16 @@ class TaskSinks:
             self.parts[(topic, partition)] = found
         return found
 
-    def passed_retried(self, topic: str, now: int) -> None:
-        """A replay passed over a failure an earlier attempt settled (its entry's `retried`):
-        counted as retried again, as that attempt's result, which never reached the driver,
-        would have."""
-        cycle = self.settle.cycle_of(topic) if self.settle is not None else 1
-        self.tally.add(cycle, now)
+    def passed(self, topic: str, how: str, now: int) -> None:
+        """A replay passed over a failure an earlier attempt settled (SinkEntry.settled_as):
+        counted as that attempt's result, which never reached the driver, would have. A final
+        one's error class and origin are not known here (the last-poison gauge keeps what it
+        showed), and it counts toward the failure ratio unless refused by validation."""
+        if how == RETRIED:
+            self.tally.add(self.settle.cycle_of(topic) if self.settle is not None else 1, now)
+            return
+        reason, _, disposition = how.rpartition("/")
+        self.tally.add_final(Final(reason, disposition, None, None, reason != "validation"), last=False)
 
     def finish(self, ends: dict[tuple[str, int], int], writes: bool) -> None:
         """A task's end: the rest of each partition's outputs and its entry, committed. With
