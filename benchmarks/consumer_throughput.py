@@ -167,9 +167,12 @@ def run_plain(spark, bootstrap: str, source: str, sink: str, batch: int, workdir
 
 
 def settings(bootstrap: str, source: str, sink: str, batch: int, workdir: Path, policy: dict,
-             handler: str = "enrich", delivery: str = "ExactlyOnce", source_extra: dict | None = None):
-    """`source_extra`: more of spec.source.kafka (valueFormat and schemaRegistry for Avro)."""
+             handler: str = "enrich", delivery: str = "ExactlyOnce", source_extra: dict | None = None,
+             spark_conf: dict | None = None):
+    """`source_extra`: more of spec.source.kafka (valueFormat and schemaRegistry for Avro);
+    `spark_conf`: spec.spark.conf (Antidote's tunables)."""
     qc = QueueConsumerSpec.model_validate({
+        **({"spark": {"conf": spark_conf}} if spark_conf else {}),
         "policyRef": {"name": "bench"},
         "source": {"kafka": {"bootstrapServers": bootstrap, "topic": source, "maxMessagesPerBatch": batch,
                              **(source_extra or {})}},

@@ -159,6 +159,13 @@ TUNABLES: tuple[Tunable, ...] = (
             "a fixed time (scheduling, the Python worker's round trip), so with one task per "
             "partition a batch of 512 partitions took 15.7 s on 2 cores however few messages it "
             "had (docs/scaling.md). 0: one task per partition, Spark's own."),
+    Tunable("spark.antidote.taskSettle", 1,
+            "1: with an exactly-once Kafka sink, a task writes the retry and disposition records "
+            "of the failures it may settle in its chunk's transaction, once the live breaker says "
+            "yes (docs/consumer.md, \"Failures settled by the task\"): the driver gets counts, "
+            "not a row per failure, so its per-failure work no longer bounds the consumer. 0: "
+            "every failure goes back to the driver, which settles it; on a machine whose cores "
+            "the driver shares with the executors that costs less CPU in all (docs/performance.md)."),
 )
 _TUNABLE = {t.key: t for t in TUNABLES}
 

@@ -8,6 +8,7 @@ from antidote_api.formats import needs_registry, sink_subject
 from antidote_api.names import ledger_names, transactional_id
 from antidote_api.redaction import KEEP
 from antidote_api.semantics import EffectiveSettings, retry_after_bound
+from antidote_api.spark_conf import tunable
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.governance import Governance
@@ -87,6 +88,8 @@ def task_settle(s: EffectiveSettings, partitions: int, max_bytes: dict[str, int]
     kafka = s.sink.kafka if s.sink is not None else None
     breaker = live.rule.enabled
     if kafka is None or kafka.delivery != "ExactlyOnce" or s.ordering == "Key" or (breaker and live.url is None):
+        return None
+    if not tunable(s.spark.conf, "spark.antidote.taskSettle"):
         return None
     bound = retry_after_bound(s.retries)
     derived = {*s.topics.retry, s.topics.poison, s.topics.dlq, *(r.topic for r in s.routes or () if r.topic)}
