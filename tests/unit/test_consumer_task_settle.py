@@ -220,3 +220,12 @@ def test_the_driver_counts_and_reports_the_settled_finals_and_a_replay_counts_th
     sinks.passed("orders.retry-1", "retried", NOW)
     assert sinks.tally.finals == {("max-attempts", "Reject"): [1, 1]} and sinks.tally.by_cycle == {2: 1}
     assert sinks.tally.last is None  # a replay knows no origin for the gauge
+
+
+def test_a_run_whose_outputs_come_back_settles_nothing_but_counts_a_replayed_retry_under_its_cycle() -> None:
+    c = task_settle(settings(), 3, {}, _live())
+    sinks = TaskSinks(ExactlyOnce("ledger", "w"), {}, False, c)
+    part = sinks.moved_to(None, None, "orders.retry-1", 0)  # done_below None: its outputs come back
+    assert part.held is None
+    sinks.passed("orders.retry-1", "retried", NOW)
+    assert sinks.tally.by_cycle == {2: 1}

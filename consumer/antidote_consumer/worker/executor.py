@@ -185,8 +185,8 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
     part: PartitionSink | None = None
     writes = eos is not None and not cfg.emit_outputs and cfg.sink_kafka is not None
     settle = cfg.settle if writes and not cfg.max_held else None
-    sinks = None if eos is None else TaskSinks(
-        eos, cfg.sink_kafka or {}, retried_task(), settle,
+    sinks = None if eos is None else TaskSinks(  # (cfg.settle: a replay's cycles, in every run)
+        eos, cfg.sink_kafka or {}, retried_task(), cfg.settle,
         (lambda: rep.ask(n_ok)) if settle is not None and settle.ask else None, out)
 
     n_ok = n_attempts = largest = 0

@@ -11,9 +11,11 @@ from .task_settle import RETRIED, Final, Held, TaskSettle, Tally
 
 
 class TaskSinks:
-    """The partitions of one task. `settle`: its failures' retry records may be written with
-    their chunks (None: every failure goes back to the driver), once `ask` says yes (None:
-    no breaker to ask); the rows of those that are not go to `rows`, the task's result rows."""
+    """The partitions of one task. `settle`: its failures' records may be written with the
+    chunks of the partitions whose outputs it writes (None: every failure goes back to the
+    driver), once `ask` says yes (None: no breaker to ask); the rows of those that are not go
+    to `rows`, the task's result rows. A run whose outputs come back (the local worker, a
+    bisection's segment) settles nothing, but counts what a replay passes over by it."""
 
     def __init__(self, eos: ExactlyOnce, sink_kafka: dict, retried: bool, settle: TaskSettle | None = None,
                  ask: Callable[[], str] | None = None, rows: list | None = None) -> None:
