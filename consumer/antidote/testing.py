@@ -12,7 +12,7 @@ handler, in this process, under a PoisonPolicy (the manifest as YAML text, a dic
 the model), with the consumer's own code: the pass (`worker.attempts.run_pass`: validation,
 immediate re-attempts, `nonRetryable`, `antidote.Retry` and `antidote.NonRetryable`) under the
 configuration the driver ships to its workers (`driver.worker_config`), then the record the
-settle would write for its outcome (`driver.outcome_records`: the retry topic, its due time
+settle would write for its outcome (`worker.outcome_records`: the retry topic, its due time
 and headers; the poison or dead-letter topic and headers, with the policy's native header
 sets; the value as `quarantine.payload` leaves it, with its `antidote.redacted*` headers:
 `Hash` uses the Secret's key when it is mounted as in the driver, else `TEST_HASH_KEY`).
@@ -52,7 +52,7 @@ from antidote_api.consumer import QueueConsumerSpec
 from antidote_api.policy import PoisonPolicy, PoisonPolicySpec
 from antidote_api.semantics import EffectiveSettings, resolve
 from antidote_api.names import ledger_names
-from antidote_consumer.driver.outcome_records import (OUTCOME_OF, disposition_of, disposition_record, retry_bound_ms,
+from antidote_consumer.worker.outcome_records import (OUTCOME_OF, disposition_of, disposition_record, retry_bound_ms,
                                                       retry_record)
 from antidote_consumer.driver.worker_config import worker_config
 from antidote_consumer.kafka import headers as h

@@ -160,17 +160,11 @@ def test_outputs_committed_before_the_trip_stay_and_the_resumed_batch_passes_ove
     outputs stay, and the resumed batch passes over their messages: every message once."""
     source, sink = topic_factory(partitions=2), topic_factory("-out")
     n = 100
-    for p in (0, 1):  # 10 successes, then 40 hanging messages, in each partition
-        produce(kafka_bootstrap, source, [(None, b"ok-%d-%d" % (p, i) if i < 10 else b"m%d-%d" % (p, i), None)
-                                          for i in range(n // 2)], partition=p)
-    # 20 successes; 9 failing messages make 9 of 29, over 0.3: ~5 hanging calls a partition,
-    # 20 s, past the first chunk's 10 s.
-    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
-              "queueDisable": {"failureRatio": {"threshold": 0.3, "window": "5m", "minMessages": 10}}}
-    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="hang_then_fail", sink=sink, policy=policy,
-                    name="live-eos", max_batch=n)
-    code, m = cu.run(spark, s, deadline=600)
-    assert code == ExitCode.SYSTEMIC_FAILURE
+    # 10 successes, then 40 hanging messages, in each partition. 20 successes; 9 failing
+    # messages make 9 of 29, over 0.3: ~5 hanging calls a partition, 20 s, past the first
+    # chunk's 10 s.
+    s = tripped_by_an_outage(spark, kafka_bootstrap, tmp_path, source, sink, n, 0.3, "live-eos",
+                             lambda p, i: b"ok-%d-%d" % (p, i) if i < 10 else b"m%d-%d" % (p, i))
     kept = Counter(r.value for r in read_all(kafka_bootstrap, sink))  # read_committed
     assert kept == Counter(b"OK-%d-%d" % (p, i) for p in (0, 1) for i in range(10)), kept
     # The first chunks' failures, if the breaker said yes for them (worker.task_settle), are
@@ -203,16 +197,10 @@ def test_retries_a_task_settled_before_the_outage_was_seen_stay_and_the_resumed_
     over them and finishes: every output once, the counts exact."""
     source, sink = topic_factory(partitions=2), topic_factory("-out")
     n = 100
-    for p in (0, 1):  # 10 quick messages (two failing once), then 40 hanging ones, in each partition
-        produce(kafka_bootstrap, source, [
-            (None, (b"retry-%d-%d" if i in (3, 6) else b"ok-%d-%d" if i < 10 else b"m%d-%d") % (p, i), None)
-            for i in range(n // 2)], partition=p)
-    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
-              "queueDisable": {"failureRatio": {"threshold": 0.5, "window": "5m", "minMessages": 10}}}
-    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="hang_then_fail", sink=sink, policy=policy,
-                    name="live-settled", max_batch=n)
-    code, m = cu.run(spark, s, deadline=600)
-    assert code == ExitCode.SYSTEMIC_FAILURE
+    # 10 quick messages (two failing once), then 40 hanging ones, in each partition
+    s = tripped_by_an_outage(spark, kafka_bootstrap, tmp_path, source, sink, n, 0.5, "live-settled",
+                             lambda p, i: (b"retry-%d-%d" if i in (3, 6) else b"ok-%d-%d" if i < 10
+                                           else b"m%d-%d") % (p, i))
 
     settled, written = settled_retries(kafka_bootstrap, s)
     assert set(written) == settled and set(written.values()) == {1}, written
@@ -231,6 +219,22 @@ def test_retries_a_task_settled_before_the_outage_was_seen_stay_and_the_resumed_
     assert settled_retries(kafka_bootstrap, s)[1] == written  # none written again
     state = load_state(kafka_bootstrap, ledger_topic(source, s.namespace, s.consumer))
     assert state.counts == {"processed": n, "retried": len(settled), "moved": 0, "rejected": 0, "dropped": 0}
+
+
+def tripped_by_an_outage(spark, kafka_bootstrap: str, tmp_path, source: str, sink: str, n: int,
+                         threshold: float, name: str, value):
+    """A consumer (exactly-once sink, handler hang_then_fail, one 1 s retry cycle, the breaker
+    at `threshold` with 10 judged) over `n` messages, `value(partition, i)` in each of the two
+    partitions, run until the breaker trips: its settings."""
+    for p in (0, 1):
+        produce(kafka_bootstrap, source, [(None, value(p, i), None) for i in range(n // 2)], partition=p)
+    policy = {"retries": {"immediate": 0, "cycles": 1, "cycleDelay": "1s"},
+              "queueDisable": {"failureRatio": {"threshold": threshold, "window": "5m", "minMessages": 10}}}
+    s = cu.settings(kafka_bootstrap, source, tmp_path, handler="hang_then_fail", sink=sink, policy=policy,
+                    name=name, max_batch=n)
+    code, _ = cu.run(spark, s, deadline=600)
+    assert code == ExitCode.SYSTEMIC_FAILURE
+    return s
 
 
 def settled_retries(kafka_bootstrap: str, s) -> tuple[set[tuple[int, int]], Counter]:

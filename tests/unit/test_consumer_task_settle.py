@@ -12,7 +12,7 @@ import pytest
 from antidote_consumer.driver.frames import BatchResult, batch_result
 from antidote_consumer.driver.ledger import LedgerState
 from antidote_consumer.driver.live_breaker import LiveBreaker
-from antidote_consumer.driver.outcome_records import retry_bound_ms, retry_record
+from antidote_consumer.worker.outcome_records import retry_bound_ms, retry_record
 from antidote_consumer.driver.outcomes import Targets, disposition, settlement
 from antidote_consumer.driver.worker_config import task_settle
 from antidote_consumer.kafka import headers as h

@@ -304,7 +304,14 @@ class BatchResult:
     @property
     def n_failed(self) -> int:
         """Its failed messages: the rows the driver settles, and those the tasks did."""
-        return len(self.failures) + sum(self.settled.values()) + sum(n for n, _ in self.settled_finals.values())
+        return len(self.failures) + self.settled_figures()[1]
+
+    def settled_figures(self) -> tuple[int, int]:
+        """(failed, judged) of the failures the tasks settled, as queueDisable.failureRatio
+        counts them: every retry is a failure, a final one when it is a systemic signal."""
+        retries = sum(self.settled.values())
+        return (retries + sum(signals for _, signals in self.settled_finals.values()),
+                retries + sum(n for n, _ in self.settled_finals.values()))
 
     def add_final(self, reason: str, disposition: str, n: int, signals: int) -> None:
         held = self.settled_finals.setdefault((reason, disposition), [0, 0])

@@ -22,14 +22,14 @@ from antidote_consumer.kafka.native_headers import with_native
 from antidote_consumer.worker.attempts import Reason
 from antidote_consumer.worker.chosen import NOT_ATTEMPTED
 from antidote_consumer.worker.ordering import HELD_OVERFLOW
+from antidote_consumer.worker.outcome_records import (OUTCOME_OF, disposition_of, disposition_record, retry_bound_ms,
+                                                      retry_record, route_by_name)
 from antidote_consumer.worker.redact import Redacted
 from antidote_consumer.worker.verdict import Verdict
 
 from .disabled import QueueDisabled
 from .frames import BatchResult, Failure, isolated_at, now_ms, origin_of, row_at
 from .ledger import LedgerState
-from .outcome_records import (OUTCOME_OF, disposition_of, disposition_record, retry_bound_ms, retry_record,
-                              route_by_name)
 
 # The error class of a message batch isolation pinned a failure on.
 BATCH_FAILURE = "antidote.BatchFailure"

@@ -11,13 +11,13 @@ import time
 
 from antidote_consumer.worker.chosen import judged
 from antidote_consumer.worker.ordering import HELD_OVERFLOW, held_count
+from antidote_consumer.worker.outcome_records import OUTCOME_OF
 from antidote_consumer.worker.registry import RegistryUnavailable
 
 from . import outcomes
 from .frames import BatchResult
 from .ledger import Ledger, LedgerState
 from .metrics import Metrics
-from .outcome_records import OUTCOME_OF
 from .outcomes import Settlement, Targets
 from .settle_refused import RefusedCommit
 from .systemic import SystemicRule
@@ -45,12 +45,8 @@ class Settler:
         settles) with nothing of the batch written."""
         if not isolated:
             failed, total = judged(result.n_ok, result.failures)
-            # Failures the tasks settled: judged, and failed (the retries, and the final ones
-            # whose failure is a systemic signal).
-            settled = sum(result.settled.values())
-            finals = result.settled_finals.values()
-            failed += settled + sum(signals for _, signals in finals)
-            total += settled + sum(n for n, _ in finals)
+            by_tasks = result.settled_figures()  # the failures the tasks settled count too
+            failed, total = failed + by_tasks[0], total + by_tasks[1]
             if self.systemic.tripped(failed, total, time.monotonic()):
                 raise self.systemic.disabled(failed, total)
         stop = outcomes.fault_stop(self.t.s, result, isolated)

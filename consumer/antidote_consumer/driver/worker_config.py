@@ -12,6 +12,7 @@ from antidote_api.spark_conf import tunable
 from antidote_consumer.kafka import auth as kafka_auth
 from antidote_consumer.worker.executor import WorkerConfig
 from antidote_consumer.worker.governance import Governance
+from antidote_consumer.worker.outcome_records import retry_bound_ms
 from antidote_consumer.worker.registry import secret_dir_of
 from antidote_consumer.worker.sink_txn import ExactlyOnce
 from antidote_consumer.worker.task_settle import TaskSettle
@@ -80,7 +81,7 @@ def worker_config(s: EffectiveSettings) -> WorkerConfig:
 def task_settle(s: EffectiveSettings, partitions: int, max_bytes: dict[str, int], live) -> TaskSettle | None:
     """WorkerConfig.settle: what the tasks of an exactly-once Kafka sink need to write their
     failures' records with their chunks (worker.task_settle), from the settings the driver's
-    own settle uses (driver.outcome_records). None (every failure goes to the driver, as
+    own settle uses (worker.outcome_records). None (every failure goes to the driver, as
     before): another sink, ordering Key (a key's chains are the driver's), or a breaker that
     is on but has no endpoint to ask (`live`: driver.live_breaker.LiveBreaker). Final
     failures stay the driver's when their records are reshaped (quarantine redaction, native
@@ -91,11 +92,10 @@ def task_settle(s: EffectiveSettings, partitions: int, max_bytes: dict[str, int]
         return None
     if not tunable(s.spark.conf, "spark.antidote.taskSettle"):
         return None
-    bound = retry_after_bound(s.retries)
     derived = {*s.topics.retry, s.topics.poison, s.topics.dlq, *(r.topic for r in s.routes or () if r.topic)}
     return TaskSettle(
         retry_topics=tuple(s.topics.retry), delays_ms=tuple(d.ms for d in s.retries.cycle_delays),
-        bound_ms=bound.ms if bound is not None else None, partitions=partitions,
+        bound_ms=retry_bound_ms(s), partitions=partitions,
         max_bytes=tuple((t, n) for t, n in sorted(max_bytes.items()) if t in derived),
         consumer=ledger_names(s).consumer_id, policy=s.policy, ask=breaker,
         finals=(s.quarantine is None or s.quarantine.payload == KEEP) and not s.native_headers,

@@ -22,6 +22,8 @@ import time
 import urllib.request
 from typing import Any
 
+from .task_settle import NO, STOP, YES
+
 # The Spark local property that names the run (a Spark job of the driver's) a task belongs to.
 RUN_PROPERTY = "antidote.run"
 PATH = "/attempts"
@@ -89,7 +91,7 @@ class Reporter:
         answer, yes, no or stop; no when there is no driver to ask or it does not answer in
         time (the failures then go back to the driver, as they always did)."""
         if self.target is None:
-            return "no"
+            return NO
         self.n_ok = n_ok
         url, secret, run = self.target
         with self._lock:  # one seq order for both threads' posts
@@ -100,8 +102,8 @@ class Reporter:
         try:
             answer = post(url.removesuffix(PATH) + ASK_PATH, body)
         except Exception:  # noqa: BLE001 - no answer is a no: the driver settles them
-            return "no"
-        return answer if answer in ("yes", "no", "stop") else "no"
+            return NO
+        return answer if answer in (YES, NO, STOP) else NO
 
     def _send(self) -> None:
         if self.target is None:

@@ -28,8 +28,7 @@ from .input_notes import largest_record, note_ends, note_one_partition
 from .message import Message
 from .ordering import HELD_OVERFLOW, Action, TaskOrder
 from .sink_txn import ExactlyOnce, PartitionSink, retried_task
-from .chosen import signal_of
-from .task_settle import TaskSettle, candidate, final_candidate
+from .task_settle import TaskSettle, of_failure
 from .task_sinks import TaskSinks
 from .verdict import Verdict
 
@@ -357,15 +356,11 @@ def process(cfg: WorkerConfig, batches: Iterator, *, as_columns: bool = False) -
                                result.error_message, result.stack, since, now, None, result.chosen,
                                result.retry_after, result.route)
                     if settle is not None and part is not None:
-                        c = candidate(settle, offset, row, key=key, value=value, user=list(user), origin=origin,
-                                      attempts=tried, cycle=cycle, first_failure=since, now=now,
-                                      error_class=result.error_class, error_message=result.error_message,
-                                      stack=result.stack, retry_after=result.retry_after
-                                      ) if result.verdict is Verdict.RETRY else final_candidate(
-                            settle, offset, row, key=key, value=value, user=list(user), origin=origin,
-                            attempts=tried, cycle=cycle, first_failure=since, now=now, reason=row[13],
-                            error_class=result.error_class, error_message=result.error_message,
-                            stack=result.stack, route=result.route, signal=signal_of(row[13], result.chosen))
+                        c = of_failure(settle, result.verdict is Verdict.RETRY, offset, row, reason=row[13],
+                                       chosen=result.chosen, retry_after=result.retry_after, route=result.route,
+                                       key=key, value=value, user=list(user), origin=origin, attempts=tried,
+                                       cycle=cycle, first_failure=since, now=now, error_class=result.error_class,
+                                       error_message=result.error_message, stack=result.stack)
                         if c is not None:
                             part.settle(c)  # written with its chunk if the breaker says yes (task_settle)
                             continue

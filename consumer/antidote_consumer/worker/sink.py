@@ -97,7 +97,7 @@ def produce_all(p, topic: str, records: tuple[list, list, list | None]) -> None:
 
 def produce_records(p, records: list | tuple) -> None:
     """Records of several topics, each (topic, partition, key, value, headers, timestamp ms):
-    the retry records a task settles with its chunk (task_settle), waiting for room."""
+    the failure records a task settles with its chunk (task_settle), waiting for room."""
     for topic, partition, key, value, headers, ts in records:
         while True:
             try:

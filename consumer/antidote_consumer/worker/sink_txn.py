@@ -108,7 +108,7 @@ class Chunk:
     start: int  # the first offset it covers
     records: tuple[list, list, list | None]  # its outputs' keys, values and headers (Records.lists)
     entry: SinkEntry
-    extra: list  # retry records settled by the task (task_settle): (topic, partition, key, value, headers, ts)
+    extra: list  # failure records the task settled (task_settle): (topic, partition, key, value, headers, ts)
 
     def __len__(self) -> int:
         return len(self.records[1])
@@ -246,8 +246,8 @@ class PartitionSink:
         self.pending.add(offset)
 
     def settle(self, candidate) -> None:
-        """A failure whose retry record the task may write with the chunk (task_settle): pending
-        until the chunk's answer."""
+        """A failure whose record the task may write with the chunk (task_settle): pending until
+        the chunk's answer."""
         assert self.held is not None
         self.pend(candidate.offset)
         self.held.waiting.append(candidate)
@@ -256,8 +256,8 @@ class PartitionSink:
             self.due_at = time.monotonic() + CHUNK_AGE_S
 
     def _decide(self) -> list:
-        """The chunk's retry records the task writes (task_settle.Held.decide); their offsets
-        are settled once the chunk is committed."""
+        """The chunk's failure records the task writes (task_settle.Held.decide; none for a
+        Drop); their offsets are settled once the chunk is committed."""
         if self.held is None or not self.held.waiting:
             return []
         settled = self.held.decide(self.faulted)

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 from antidote_consumer.kafka import headers as h
 
-from .chosen import retry_delay_ms
+from .chosen import signal_of
+from .outcome_records import parked, quarantine_topic, quarantined
 
 # What the breaker answers a task that asks to settle a chunk's failures (attempt_reports.ask).
 YES, NO, STOP = "yes", "no", "stop"
@@ -90,53 +91,60 @@ def candidate(c: TaskSettle, offset: int, row: tuple, *, key, value, user: list,
               attempts: int, cycle: int, first_failure: int, now: int, error_class, error_message,
               stack, retry_after: int | None) -> Candidate | None:
     """The retry record of a message that failed cycle `cycle` with attempts left, as the
-    driver's settle would write it (driver.outcome_records.retry_record), timestamped `now`
-    (the retry pump plans from timestamps); None when it cannot fit its topic (the driver
-    decides: a stop at it)."""
-    delay = retry_delay_ms(retry_after, c.delays_ms[cycle], c.bound_ms)
-    due = now + delay
-    topic = c.retry_topics[cycle]
-    hdrs = user + h.failure_headers(origin=origin, attempts=attempts, cycle=cycle + 1,
-                                    first_failure=first_failure, last_failure=now, reason=None,
-                                    error_class=error_class, error_message=error_message, stack=stack,
-                                    consumer=c.consumer, policy=c.policy, due=due)
-    fitted = _fitted(c, topic, key, value, hdrs)
+    driver's settle would write it (outcome_records.parked), timestamped `now` (the retry
+    pump plans from timestamps); None when it cannot fit its topic (the driver decides: a
+    stop at it)."""
+    common = _common(c, origin, attempts, first_failure, now, error_class, error_message, stack)
+    rec = parked(c.retry_topics[cycle], c.delays_ms[cycle], c.bound_ms, cycle=cycle, retry_after=retry_after,
+                 now=now, user=user, common=common)
+    fitted = _fitted(c, rec.topic, key, value, rec.headers)
     if fitted is None:
         return None
-    capped = retry_after is not None and c.bound_ms is not None and retry_after > c.bound_ms
-    return Candidate(offset, row, (topic, origin.partition % c.partitions, key, value, fitted, now),
-                     cycle + 1, due, capped)
+    return Candidate(offset, row, (rec.topic, origin.partition % c.partitions, key, value, fitted, now),
+                     rec.cycle, rec.due, rec.capped)
 
 
 def final_candidate(c: TaskSettle, offset: int, row: tuple, *, key, value, user: list, origin: h.Origin,
                     attempts: int, cycle: int, first_failure: int, now: int, reason: str, error_class,
                     error_message, stack, route: int | None, signal: bool) -> Candidate | None:
     """The disposition record of a final failure, as the driver's settle would write it
-    (driver.outcome_records.disposition_record, fitted): its route's disposition and topic,
-    else the policy's; no record for Drop. None: the driver settles it (no finals here, a
-    Fault, a record that cannot fit)."""
+    (outcome_records.quarantine_topic and quarantined, fitted): its route's disposition and
+    topic, else the policy's; no record for Drop. None: the driver settles it (no finals
+    here, a Fault, a record that cannot fit)."""
     if not c.finals:
         return None
-    disposition, topic = c.disposition, None
-    if route is not None and c.routes:
-        disposition, topic = c.routes[route]
+    disposition, route_topic = c.routes[route] if route is not None and c.routes else (c.disposition, None)
     if disposition == "Fault":
         return None
     final = Final(reason, disposition, error_class, origin, signal)
     if disposition == "Drop":
         return Candidate(offset, row, None, 0, now, False, final)
-    topic = topic or (c.poison_topic if disposition == "Move" else c.dlq_topic)
-    hdrs = user + h.failure_headers(origin=origin, attempts=attempts, cycle=cycle, first_failure=first_failure,
-                                    last_failure=now, reason=reason, error_class=error_class,
-                                    error_message=error_message, stack=stack, consumer=c.consumer,
-                                    policy=c.policy, disposition=disposition)
-    if route is not None:
-        hdrs.append((h.ROUTE, str(route).encode()))
+    topic = quarantine_topic(disposition, c.poison_topic, c.dlq_topic, route_topic)
+    hdrs = quarantined(disposition, cycle=cycle, reason=reason, user=user, route=route,
+                       common=_common(c, origin, attempts, first_failure, now, error_class, error_message, stack))
     fitted = _fitted(c, topic, key, value, hdrs)
     if fitted is None:
         return None
     return Candidate(offset, row, (topic, origin.partition % c.partitions, key, value, fitted, now),
                      0, now, False, final)
+
+
+def of_failure(c: TaskSettle, retry: bool, offset: int, row: tuple, *, reason: str | None, chosen: str | None,
+               retry_after: int | None, route: int | None, **failure) -> Candidate | None:
+    """A failed message's Candidate: its retry record (`retry`), else its disposition's."""
+    if retry:
+        return candidate(c, offset, row, retry_after=retry_after, **failure)
+    assert reason is not None  # a final failure always has one
+    return final_candidate(c, offset, row, reason=reason, route=route, signal=signal_of(reason, chosen), **failure)
+
+
+def _common(c: TaskSettle, origin: h.Origin, attempts: int, first_failure: int, now: int, error_class,
+            error_message, stack) -> dict:
+    """The keyword arguments of h.failure_headers but cycle, reason and due (the driver's
+    settle's `common`)."""
+    return dict(origin=origin, attempts=attempts, first_failure=first_failure, last_failure=now,
+                error_class=error_class, error_message=error_message, stack=stack, consumer=c.consumer,
+                policy=c.policy)
 
 
 def _fitted(c: TaskSettle, topic: str, key, value, hdrs: list) -> list | None:

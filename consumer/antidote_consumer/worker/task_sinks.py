@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .chosen import signal_of
 from .sink_txn import ExactlyOnce, PartitionSink
 from .task_settle import RETRIED, Final, Held, TaskSettle, Tally
 
@@ -56,7 +57,7 @@ class TaskSinks:
             self.tally.add(self.settle.cycle_of(topic) if self.settle is not None else 1, now)
             return
         reason, _, disposition = how.rpartition("/")
-        self.tally.add_final(Final(reason, disposition, None, None, reason != "validation"), last=False)
+        self.tally.add_final(Final(reason, disposition, None, None, signal_of(reason, None)), last=False)
 
     def finish(self, ends: dict[tuple[str, int], int], writes: bool) -> None:
         """A task's end: the rest of each partition's outputs and its entry, committed. With

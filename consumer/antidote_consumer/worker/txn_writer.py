@@ -140,7 +140,7 @@ class Writer:
             try:
                 p.begin_transaction()
                 sink.produce_all(p, sink_topic, records)
-                sink.produce_records(p, extra)  # the task's retry records (task_settle)
+                sink.produce_records(p, extra)  # the task's failure records (task_settle)
                 p.produce(ledger_topic, entry, key)
                 p.commit_transaction(COMMIT_TIMEOUT_S)
             except KafkaException as err:
