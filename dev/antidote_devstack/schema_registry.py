@@ -10,6 +10,7 @@ registry, like the stack's Kafka.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -49,6 +50,17 @@ def build() -> Path:
     mvn = _require("mvn", "build the schema registry", "install Maven and a JDK 17")
     _require("java", "build the schema registry", "install a JDK 17")
     target.parent.mkdir(parents=True, exist_ok=True)
+    # Two processes may need it at once on a cold cache (`make test`'s two workers each start
+    # a stack with a registry): one builds, the other waits and takes its build. Without the
+    # lock both built it, and the second's rename failed ("Directory not empty").
+    with open(target.parent / f".{NAME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            _build(mvn, target)
+    return target
+
+
+def _build(mvn: str, target: Path) -> None:
     log = cache_dir() / "logs" / f"maven-{NAME}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
@@ -63,7 +75,6 @@ def build() -> Path:
         os.replace(work / "target" / "schema-registry-0-runner.jar", out / "app.jar")
         os.replace(work / "target" / "lib", out / "lib")
         os.replace(out, target)
-    return target
 
 
 def argv(java: str, app: Path, host: str, port: int) -> list[str]:
