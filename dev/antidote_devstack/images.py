@@ -103,10 +103,14 @@ def buildah() -> list[str]:
     images built here are cached like the binaries and later builds start FROM them. The
     runroot (locks, transient state) is one per storage, so builds into two caches (a cold
     build timed beside the warm cache) never share it."""
-    tool = _require("buildah", "build images", "apt-get install buildah")
+    return [_require("buildah", "build images", "apt-get install buildah"), *buildah_storage()]
+
+
+def buildah_storage() -> list[str]:
+    """buildah's options for the project's storage (pure: no buildah needed to name them)."""
     root = cache_dir() / "buildah"
     runroot = "/run/antidote-buildah-" + hashlib.sha256(str(root).encode()).hexdigest()[:8]
-    return [tool, "--root", str(root), "--runroot", runroot, "--storage-driver", "vfs"]
+    return ["--root", str(root), "--runroot", runroot, "--storage-driver", "vfs"]
 
 
 def debian_base_image() -> tuple[str, Path]:

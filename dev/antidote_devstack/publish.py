@@ -3,7 +3,7 @@ built from docker/*.Dockerfile with whichever builder the machine has, and pushe
 
 - docker (when its daemon answers) or podman: `<tool> build` with the Dockerfiles' own bases
   (Docker Hub's), then `<tool> push`;
-- buildah: `buildah bud` in the project's buildah storage (`images.buildah()`, the node's
+- buildah: `buildah bud` in the project's buildah storage (`images.buildah_storage()`, the node's
   builder's), with the Dockerfiles' own bases, then `buildah push`; or, with `local_bases`,
   the images the node's builder makes on its local stand-ins (`project_images`, cached),
   tagged and pushed: for machines that reach no Docker Hub (docs/images.md says when not to
@@ -77,7 +77,8 @@ def qualified_bases(dockerfile: str) -> list[str]:
 def commands(tool: str, refs: dict[str, str], *, tls_verify: bool = True,
              push: bool = True) -> list[list[str]]:
     """The build and push commands of both images with the Dockerfiles' own bases (pure)."""
-    base = images.buildah() if tool == "buildah" else [tool]
+    # The tool by name (choose_tool found it), so that this stays pure and testable anywhere.
+    base = [tool, *images.buildah_storage()] if tool == "buildah" else [tool]
     build = ["bud", "--network", "host"] if tool == "buildah" else ["build"]
     tls = [] if tls_verify or tool == "docker" else ["--tls-verify=false"]
     out = []

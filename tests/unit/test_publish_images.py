@@ -58,7 +58,7 @@ def test_the_commands_build_each_dockerfile_from_the_root_then_push() -> None:
     bah = publish.commands("buildah", refs, tls_verify=False)
     assert bah[0][-10:] == ["bud", "--network", "host", *python, "-f", f"{root}/docker/operator.Dockerfile",
                             "-t", refs["operator"], root]
-    assert bah[0][:-10] == publish.images.buildah()  # the node builder's storage
+    assert bah[0][:-10] == ["buildah", *publish.images.buildah_storage()]  # the node builder's storage
     assert "MAVEN_IMAGE=docker.io/library/maven:3.9-eclipse-temurin-17" in bah[2]
     assert bah[1][-3:] == ["--tls-verify=false", refs["operator"], f"docker://{refs['operator']}"]
     assert [publish.describe(c) for c in bah] == [f"build {refs['operator']}", f"push {refs['operator']}",
