@@ -120,6 +120,10 @@ PIPELINES = {
     # Every failure settled by the driver (spark.antidote.taskSettle 0), as before the tasks
     # settled theirs: against "b 1%" it prices where the failures' records are written.
     "b 1% driver": "(b) Antidote, 1%, driver settles",
+    # Every retry cycle read and run by the executors (spark.antidote.retry.localMaxRecords 0),
+    # so that their tasks settle its failures too: what per-failure work is left on the
+    # driver's Python at 1% poison when none of it is the driver's (its column, against b 0%'s).
+    "b 1% executors": "(b) Antidote, 1%, cycles on executors",
     # Avro values (issue 47's throughput figure, benchmarks/steady_avro.py): the 0% orders as
     # Avro in the Confluent wire format, decoded by Antidote (valueFormat Avro, the stack's
     # Schema Registry) against plain Spark decoding them with spark-avro's from_avro.
@@ -131,8 +135,9 @@ ATTRIBUTION = {"b 1% no cycle": {"retries": {"immediate": 2, "cycles": 0}},
 # Pipelines not in the default run: the attribution ones, the Arrow batches' bound, and plain
 # Spark with the checkpoint setting an Antidote consumer makes.
 DIAGNOSTIC = [*ATTRIBUTION, "b 0% 10k rows", "b 1% 10k rows", "a fs ckpt", "a alike", "b 0% alo",
-              "b 1% alo", "b 1% driver", "a avro", "b avro"]
-SPARK_CONF = {"b 1% driver": {"spark.antidote.taskSettle": "0"}}
+              "b 1% alo", "b 1% driver", "b 1% executors", "a avro", "b avro"]
+SPARK_CONF = {"b 1% driver": {"spark.antidote.taskSettle": "0"},
+              "b 1% executors": {"spark.antidote.retry.localMaxRecords": "0"}}
 SMALL_RECORD_BYTES = ARROW_BATCH_BYTES // 10_000  # the largest record for 10,000-row batches
 # The topic of a pipeline whose topic is not its name's share of poison ("small": the same
 # messages in a topic with SMALL_RECORD_BYTES as its max.message.bytes).
@@ -640,6 +645,7 @@ def report(runs: dict[str, list[Run]], args, loads: list[str]) -> None:
             ("b(1%)/b(1%, at-least-once)", "b 1%", "b 1% alo", None),
             ("b(1%)/b(1%, driver settles)", "b 1%", "b 1% driver", None),
             ("b(1%, driver settles)/b(0%)", "b 1% driver", "b 0%", None),
+            ("b(1%, cycles on executors)/b(1%)", "b 1% executors", "b 1%", None),
             ("b(1%)/b(0%), 10k rows", "b 1% 10k rows", "b 0% 10k rows", None),
             ("b(1%)/c(1%)", "b 1%", "c 1%", None), ("c(0%)/ceiling", "c 0%", "ceil", None),
             ("b(0%)/ceiling", "b 0%", "ceil", None)):
